@@ -1,0 +1,24 @@
+"""The exception types every layer of vision_attn raises.
+
+Each message says what was wrong, where (file, row, key, image or tensor) and how to fix it.
+The command line prints the message on one line and exits with status 2.
+"""
+from __future__ import annotations
+
+__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError"]
+
+
+class VisionAttnError(Exception):
+    """Base class: anything vision_attn reports about the user's input."""
+
+
+class ConfigError(VisionAttnError, ValueError):
+    """A configuration is wrong: an unknown name, an argument out of range, a bad YAML row."""
+
+
+class DataError(VisionAttnError, ValueError):
+    """Input data is wrong: an image or tensor of the wrong shape, a bad annotation, a missing file."""
+
+
+class CheckpointError(VisionAttnError, RuntimeError):
+    """A checkpoint file cannot be read or does not fit the model it is loaded into."""

@@ -1,0 +1,33 @@
+"""The Transformer feed-forward network."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Mlp(nn.Module):
+    """Linear -> activation -> dropout -> Linear -> dropout, over the last dimension.
+
+    Keys ``fc1`` and ``fc2`` match timm's, so its checkpoints load unchanged.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int | None = None,
+        out_features: int | None = None,
+        act_layer: type[nn.Module] = nn.GELU,
+        drop: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        hidden_features = hidden_features or in_features
+        out_features = out_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
+        self.act = act_layer()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))

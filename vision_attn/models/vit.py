@@ -1,0 +1,426 @@
+"""Vision Transformer (Dosovitskiy et al. 2021) and DeiT (Touvron et al. 2021).
+
+One configurable class, :class:`VisionTransformer`; the variants are small registered functions under
+timm's names (``vit_small_patch16_224``, ``deit_tiny_distilled_patch16_224``, ...) and torchvision's
+(``vit_b_16``, ...). The state-dict keys are timm's, so timm checkpoints load as they are; torchvision
+checkpoints are mapped by :func:`torchvision_to_timm` (layout documented there).
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+
+from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.layers import (
+    BLOCKS,
+    Attention,
+    LayerNorm6,
+    Mlp,
+    PatchEmbed,
+    Rope2D,
+    resample_abs_pos_embed,
+    sincos_2d,
+)
+from vision_attn.layers.pos_embed import check_pos_embed_kind
+from vision_attn.models.registry import register_model
+
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision"]
+
+
+class VisionTransformer(nn.Module):
+    """ViT / DeiT classifier: patch embedding, prefix tokens, position embedding, blocks, norm, head.
+
+    Images (B, C, H, W) -> logits (B, num_classes). Any image size that is a multiple of the patch
+    size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
+    other sizes. Prefix tokens come in the order class, distillation, registers.
+
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "none"``; ``global_pool`` in
+    ``"token" | "avg"``; ``block`` in ``"pre" | "post"`` (or a block class).
+    With ``distilled=True`` (DeiT) a second head reads the distillation token: in training the model
+    returns both logits ``(cls, dist)``, at evaluation their mean.
+    """
+
+    classifier_keys = ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias")
+
+    def __init__(
+        self,
+        *,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int = 16,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        embed_dim: int = 768,
+        depth: int = 12,
+        num_heads: int = 12,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        qk_norm: bool = False,
+        init_values: float | None = None,
+        class_token: bool = True,
+        distilled: bool = False,
+        reg_tokens: int = 0,
+        no_embed_class: bool = False,
+        pos_embed: Literal["learn", "sincos2d", "rope", "none"] = "learn",
+        global_pool: Literal["token", "avg"] = "token",
+        fc_norm: bool | None = None,
+        block: str | type[nn.Module] = "pre",
+        attn_class: type[nn.Module] = Attention,
+        ffn_layer: type[nn.Module] = Mlp,
+        norm_layer: type[nn.Module] = LayerNorm6,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        dynamic_img_pad: bool = False,
+    ) -> None:
+        super().__init__()
+        check_pos_embed_kind(pos_embed)
+        if global_pool not in ("token", "avg"):
+            raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token) or 'avg' (mean of patch tokens)")
+        if global_pool == "token" and not class_token:
+            raise ConfigError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
+        if distilled and not (class_token and global_pool == "token"):
+            raise ConfigError("distilled=True (DeiT) needs class_token=True and global_pool='token'")
+        block_fn = BLOCKS.get(block) if isinstance(block, str) else block
+        if block_fn is None:
+            raise ConfigError(f"block={block!r}: choose one of {sorted(BLOCKS)} or pass a block class")
+
+        self.num_classes = num_classes
+        self.num_features = self.embed_dim = embed_dim
+        self.global_pool = global_pool
+        self.pos_embed_kind = pos_embed
+        self.distilled = distilled
+        self.distilled_training = distilled
+        self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
+        # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
+        self.no_embed_class = no_embed_class or pos_embed != "learn"
+
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=True,
+                                      dynamic_pad=dynamic_img_pad)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
+        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
+        embed_len = self.patch_embed.num_patches + (0 if self.no_embed_class else self.num_prefix_tokens)
+        self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
+        self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
+        self.pos_drop = nn.Dropout(drop_rate)
+
+        dpr = torch.linspace(0, drop_path_rate, depth).tolist()  # stochastic depth rises linearly
+        self.blocks = nn.ModuleList(
+            block_fn(embed_dim, num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_norm=qk_norm,
+                     proj_drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], init_values=init_values,
+                     norm_layer=norm_layer, attn_class=attn_class, ffn_layer=ffn_layer)
+            for i in range(depth)
+        )
+        use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
+        self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
+        self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head_dist = (nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()) if distilled else None
+        self.init_weights()
+
+    # ---------------------------------------------------------------- init and bookkeeping
+    def init_weights(self) -> None:
+        """Truncated normal (std 0.02) for linear layers, the position table and the distillation
+        and register tokens; the class token starts near zero (std 1e-6) as in timm and DeiT."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for p in (self.pos_embed, self.dist_token):
+            if p is not None:
+                nn.init.trunc_normal_(p, std=0.02)
+        for p in (self.cls_token, self.reg_token):
+            if p is not None:
+                nn.init.normal_(p, std=1e-6)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names that optimisers should exclude from weight decay."""
+        return {"pos_embed", "cls_token", "dist_token", "reg_token"}
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head)."""
+        self.num_classes = num_classes
+        device = next(self.parameters()).device
+        make = lambda: nn.Linear(self.embed_dim, num_classes, device=device) if num_classes > 0 else nn.Identity()  # noqa: E731
+        self.head = make()
+        if self.distilled:
+            self.head_dist = make()
+        for m in (self.head, self.head_dist):
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def set_distilled_training(self, enable: bool = True) -> None:
+        """DeiT: return (cls, dist) logits in training (True, the default) or their mean (False)."""
+        self.distilled_training = enable
+
+    # ---------------------------------------------------------------- forward
+    def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added, and the grid (h, w)."""
+        x = self.patch_embed(x)  # (B, h, w, D)
+        B, h, w, D = x.shape
+        x = x.reshape(B, h * w, D)  # (B, h*w, D)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if self.pos_embed is not None:
+            n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+            pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.patch_embed.grid_size, n_pos_prefix)
+        elif self.pos_embed_kind == "sincos2d":
+            pos = sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None]  # (1, h*w, D)
+        else:
+            pos = None
+        if pos is not None and self.no_embed_class:
+            x = x + pos
+        x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, prefix + h*w, D)
+        if pos is not None and not self.no_embed_class:
+            x = x + pos
+        return self.pos_drop(x), (h, w)
+
+    def _rope(self, grid: tuple[int, int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.rope(grid, x.device, x.dtype) if self.rope is not None else None
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D)."""
+        x, grid = self._embed(x)
+        rope = self._rope(grid, x)
+        for blk in self.blocks:
+            x = blk(x, rope=rope)
+        return self.norm(x)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (B, N, D) -> (B, D): the class token, or the mean of the patch tokens."""
+        if self.global_pool == "avg":
+            return x[:, self.num_prefix_tokens:].mean(dim=1)
+        return x[:, 0]
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (B, N, D) -> logits (B, num_classes), or pooled features (B, D) with ``pre_logits``."""
+        if self.distilled:
+            x, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
+            if pre_logits:
+                return (x + x_dist) / 2
+            x, x_dist = self.head(x), self.head_dist(x_dist)
+            if self.training and self.distilled_training:
+                return x, x_dist
+            return (x + x_dist) / 2
+        x = self.head_drop(self.fc_norm(self.pool(x)))
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] = 4,
+                              norm: bool = False) -> list[torch.Tensor]:
+        """Feature maps (B, D, h, w) after the chosen blocks: the last ``indices`` blocks if an int,
+        else the listed block indices (negative counts from the end). ``norm`` applies the final norm.
+        For detection necks; the prefix tokens are dropped."""
+        depth = len(self.blocks)
+        take = list(range(depth - indices, depth)) if isinstance(indices, int) else [i % depth for i in indices]
+        if not take or any(not 0 <= i < depth for i in take):
+            raise ConfigError(f"indices {indices!r} select no valid block of the {depth} blocks")
+        x, (h, w) = self._embed(x)
+        rope = self._rope((h, w), x)
+        maps = []
+        for i, blk in enumerate(self.blocks[: max(take) + 1]):
+            x = blk(x, rope=rope)
+            if i in take:
+                y = self.norm(x) if norm else x
+                y = y[:, self.num_prefix_tokens:]  # (B, h*w, D)
+                maps.append(y.reshape(y.shape[0], h, w, -1).permute(0, 3, 1, 2))  # (B, D, h, w)
+        return maps
+
+    # ---------------------------------------------------------------- checkpoints
+    def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Recognise a timm/vision_attn or torchvision state dict, map it to our keys and resample the
+        position table to this model's grid."""
+        if "conv_proj.weight" in state_dict:
+            state_dict = torchvision_to_timm(state_dict)
+        else:
+            state_dict = dict(state_dict)
+        pos = state_dict.get("pos_embed")
+        if pos is not None and self.pos_embed is not None and pos.shape != self.pos_embed.shape and pos.ndim == 3:
+            n_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+            n_grid = pos.shape[1] - n_prefix
+            side = math.isqrt(max(n_grid, 0))
+            if side * side == n_grid and pos.shape[-1] == self.embed_dim:
+                state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.patch_embed.grid_size, (side, side), n_prefix)
+        return state_dict
+
+
+# ------------------------------------------------------------------------------------------------
+# torchvision layout (torchvision.models.vision_transformer), mapped key by key:
+#   conv_proj                                         -> patch_embed.proj
+#   class_token (1, 1, D)                             -> cls_token
+#   encoder.pos_embedding (1, 1 + N, D)               -> pos_embed (covers the class token, as timm)
+#   encoder.layers.encoder_layer_{i}.ln_1             -> blocks.{i}.norm1
+#   ....self_attention.in_proj_weight/bias (3D, D)    -> blocks.{i}.attn.qkv.weight/bias (same q, k, v order)
+#   ....self_attention.out_proj                       -> blocks.{i}.attn.proj
+#   ....ln_2                                          -> blocks.{i}.norm2
+#   ....mlp.0 / mlp.3 (mlp.linear_1 / linear_2 before torchvision 0.13) -> blocks.{i}.mlp.fc1 / fc2
+#   encoder.ln                                        -> norm
+#   heads.head                                        -> head
+# torchvision's optional ``heads.pre_logits`` (representation_size) has no counterpart and is refused.
+_TV_BLOCK = {
+    "ln_1": "norm1", "self_attention.in_proj_weight": "attn.qkv.weight", "self_attention.in_proj_bias": "attn.qkv.bias",
+    "self_attention.out_proj": "attn.proj", "ln_2": "norm2", "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2",
+    "mlp.linear_1": "mlp.fc1", "mlp.linear_2": "mlp.fc2",
+}
+_TV_TOP = {"conv_proj": "patch_embed.proj", "class_token": "cls_token", "encoder.pos_embedding": "pos_embed",
+           "encoder.ln": "norm", "heads.head": "head"}
+_TV_LAYER = "encoder.layers.encoder_layer_"
+
+
+def _map_key(key: str, table: dict[str, str]) -> str | None:
+    for src, dst in table.items():
+        if key == src:
+            return dst
+        if key.startswith(src + "."):
+            return dst + key[len(src):]
+    return None
+
+
+def torchvision_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map a torchvision ViT state dict to timm's (and our) keys; every key must be accounted for."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key.startswith(_TV_LAYER):
+            index, rest = key[len(_TV_LAYER):].split(".", 1)
+            new = _map_key(rest, _TV_BLOCK)
+            new = f"blocks.{index}.{new}" if new else None
+        else:
+            new = _map_key(key, _TV_TOP)
+        if new is None:
+            raise CheckpointError(
+                f"torchvision ViT checkpoint: key {key!r} has no counterpart in vision_attn's ViT "
+                f"(heads.pre_logits / representation_size is not supported); remove it or use a plain head"
+            )
+        assert new not in out, f"two torchvision keys map to {new}"
+        out[new] = value
+    return out
+
+
+def timm_to_torchvision(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse map: our (timm) ViT keys -> torchvision's, for ``torchvision.models.vit_*``."""
+    top = {v: k for k, v in _TV_TOP.items()}
+    block = {v: k for k, v in _TV_BLOCK.items() if not k.startswith("mlp.linear")}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key.startswith("blocks."):
+            _, index, rest = key.split(".", 2)
+            new = _map_key(rest, block)
+            new = f"{_TV_LAYER}{index}.{new}" if new else None
+        else:
+            new = _map_key(key, top)
+        if new is None:
+            raise CheckpointError(f"ViT key {key!r} has no counterpart in torchvision's VisionTransformer")
+        out[new] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Variants. Each is a small function over VisionTransformer; keyword arguments override the config.
+def _vit(config: dict, kwargs: dict) -> VisionTransformer:
+    return VisionTransformer(**{**config, **kwargs})
+
+
+_TINY = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3)
+_SMALL = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+_BASE = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
+_LARGE = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16)
+
+
+@register_model
+def vit_tiny_patch16_224(**kwargs) -> VisionTransformer:
+    """ViT-Ti/16 (5.7 M parameters)."""
+    return _vit(_TINY, kwargs)
+
+
+@register_model
+def vit_small_patch16_224(**kwargs) -> VisionTransformer:
+    """ViT-S/16 (22.1 M)."""
+    return _vit(_SMALL, kwargs)
+
+
+@register_model
+def vit_base_patch16_224(**kwargs) -> VisionTransformer:
+    """ViT-B/16 (86.6 M)."""
+    return _vit(_BASE, kwargs)
+
+
+@register_model
+def vit_base_patch32_224(**kwargs) -> VisionTransformer:
+    """ViT-B/32 (88.2 M)."""
+    return _vit({**_BASE, "patch_size": 32}, kwargs)
+
+
+@register_model
+def vit_base_patch16_384(**kwargs) -> VisionTransformer:
+    """ViT-B/16 at 384 px."""
+    return _vit({**_BASE, "img_size": 384}, kwargs)
+
+
+@register_model
+def vit_large_patch16_224(**kwargs) -> VisionTransformer:
+    """ViT-L/16 (304 M)."""
+    return _vit(_LARGE, kwargs)
+
+
+@register_model
+def deit_tiny_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-Ti: the ViT-Ti architecture with DeiT's training recipe."""
+    return _vit(_TINY, kwargs)
+
+
+@register_model
+def deit_small_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-S."""
+    return _vit(_SMALL, kwargs)
+
+
+@register_model
+def deit_base_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-B."""
+    return _vit(_BASE, kwargs)
+
+
+@register_model
+def deit_tiny_distilled_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-Ti with the distillation token and second head."""
+    return _vit({**_TINY, "distilled": True}, kwargs)
+
+
+@register_model
+def deit_small_distilled_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-S distilled (22.4 M)."""
+    return _vit({**_SMALL, "distilled": True}, kwargs)
+
+
+@register_model
+def deit_base_distilled_patch16_224(**kwargs) -> VisionTransformer:
+    """DeiT-B distilled."""
+    return _vit({**_BASE, "distilled": True}, kwargs)
+
+
+@register_model
+def vit_b_16(**kwargs) -> VisionTransformer:
+    """torchvision's ViT-B/16; loads torchvision checkpoints (``timm_to_torchvision`` maps back)."""
+    return _vit(_BASE, kwargs)
+
+
+@register_model
+def vit_b_32(**kwargs) -> VisionTransformer:
+    """torchvision's ViT-B/32."""
+    return _vit({**_BASE, "patch_size": 32}, kwargs)
+
+
+@register_model
+def vit_l_16(**kwargs) -> VisionTransformer:
+    """torchvision's ViT-L/16."""
+    return _vit(_LARGE, kwargs)
