@@ -43,7 +43,7 @@ class PatchEmbed(nn.Module):
                 if size % patch:
                     raise ConfigError(
                         f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
-                        f"use a multiple of {self.patch_size} or pass dynamic_pad=True to pad the image"
+                        f"use a multiple of {self.patch_size} or build the model with dynamic_img_pad=True to pad the image"
                     )
         self.grid_size = tuple(-(-s // p) for s, p in zip(self.img_size, self.patch_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]

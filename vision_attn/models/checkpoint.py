@@ -7,8 +7,10 @@ and reports every key that does not fit.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import pickle
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -36,17 +38,25 @@ def read_state_dict(path: str | Path) -> StateDict:
 
             obj = load_file(str(path), device="cpu")
         else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            # timm's train.py stores its argparse.Namespace beside the weights: plain data, safe to allow
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if unsafe:
+            raise CheckpointError(
+                f"{path}: refused to load: the file holds the Python object {unsafe.group(1)}, and unpickling it "
+                f"could run code; re-save only the weights with torch.save(model.state_dict(), path) or as .safetensors"
+            ) from None
         raise CheckpointError(
-            f"{path}: refused to load: the file is corrupt or holds Python objects other than tensors, "
-            f"which would run code on loading ({str(e).splitlines()[0]}); re-save it with "
-            f"torch.save(model.state_dict(), path) or as .safetensors"
+            f"{path}: not a readable PyTorch checkpoint (the pickle data is damaged or of another format); "
+            f"download or save the file again"
         ) from None
     except Exception as e:  # torch and safetensors raise many types for a damaged file
+        detail = str(e).splitlines()[0] if str(e) else "no detail"
         raise CheckpointError(
-            f"{path}: not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}); "
-            f"the file may be truncated or not a PyTorch/safetensors file: download or save it again"
+            f"{path}: not a readable checkpoint ({type(e).__name__}: {detail}); the file may be truncated or "
+            f"not a PyTorch/safetensors file: download or save it again"
         ) from None
     return _unwrap(obj, path)
 
@@ -87,11 +97,6 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
     refit = [k for k in head if k not in state_dict or state_dict[k].shape != own[k].shape]
     if refit:
         found = ", ".join(f"{k} {tuple(state_dict[k].shape)}" if k in state_dict else f"{k} absent" for k in refit)
-        warnings.warn(
-            f"{source}: classifier ({found}) does not fit the model's num_classes; "
-            f"the classifier is re-initialised and needs training",
-            stacklevel=3,
-        )
         state_dict = {k: v for k, v in state_dict.items() if k not in head}
     missing = [k for k in own if k not in state_dict and not (refit and k in head)]
     unexpected = [k for k in state_dict if k not in own]
@@ -107,6 +112,12 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
         raise CheckpointError(
             f"{source}: does not fit {type(model).__name__} ({' | '.join(parts)}); the file holds another "
             f"architecture or variant: pick the matching model name"
+        )
+    if refit:
+        warnings.warn(
+            f"{source}: the classifier in the file ({found}) does not fit the model's num_classes; "
+            f"it is re-initialised and needs training",
+            stacklevel=3,
         )
     return state_dict
 

@@ -107,7 +107,7 @@ class VisionTransformer(nn.Module):
         self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self.pos_drop = nn.Dropout(drop_rate)
 
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()  # stochastic depth rises linearly
+        dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # rises linearly; cpu: builds under a meta device
         self.blocks = nn.ModuleList(
             block_fn(embed_dim, num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_norm=qk_norm,
                      proj_drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], init_values=init_values,

@@ -1,0 +1,99 @@
+"""The `vision-attn` command, called in-process through main() and once as the installed script."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vision_attn.cli import main
+from vision_attn.errors import ConfigError
+
+
+def test_models_table(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "deit_tiny_distilled_patch16_224" in out and "vit_large_patch16_224" in out
+    assert "4.60" in out and "22.05" in out and "384x384" in out
+
+
+def test_models_json(capsys):
+    assert main(["models", "deit_*", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == sorted(r["name"] for r in rows) and len(rows) == 6
+    assert all(r["name"].startswith("deit_") for r in rows)
+    small = next(r for r in rows if r["name"] == "deit_small_patch16_224")
+    assert small["params"] == 22_050_664 and small["img_size"] == [224, 224]
+    assert small["gmacs"] == pytest.approx(4.60, rel=0.01)
+
+
+def test_models_no_match(capsys):
+    assert main(["models", "resnet*"]) == 2
+    assert capsys.readouterr().err.startswith("error: no registered model matches 'resnet*'")
+
+
+def test_flops_json(capsys):
+    assert main(["flops", "deit_small_patch16_224", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gmacs"] == pytest.approx(4.60, rel=0.01)
+    assert d["flops"] == 2 * d["macs"] and d["params"] == 22_050_664
+    assert d["input_shape"] == [1, 3, 224, 224]
+    assert d["macs_without_fused_attention"] / 1e9 == pytest.approx(4.24, rel=0.01)
+    assert "multiply-accumulates" in d["conventions"]["macs"] and "by_module" not in d
+
+
+def test_flops_table_states_conventions(capsys):
+    assert main(["flops", "vit_tiny_patch16_224", "--img-size", "224", "320", "--batch", "2", "--by-module"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "input 2x3x224x320" in out
+    assert "MACs: multiply-accumulates, what papers call FLOPs" in out
+    assert "FLOPs = 2 x MACs, torch.utils.flop_counter's convention" in out
+    assert "fused attention (scaled_dot_product_attention) is counted" in out
+    assert "MACs by module" in out and "blocks.11" in out
+
+
+def test_unknown_model_is_one_line_with_suggestion(capsys):
+    assert main(["flops", "deit_smal_patch16_224"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unknown model 'deit_smal_patch16_224'")
+    assert "did you mean deit_small_patch16_224" in err and "Traceback" not in err
+
+
+def test_debug_reraises():
+    with pytest.raises(ConfigError, match="unknown model"):
+        main(["--debug", "flops", "deit_smal_patch16_224"])
+
+
+def test_indivisible_image_size(capsys):
+    assert main(["flops", "vit_tiny_patch16_224", "--img-size", "225"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not divisible by the patch size" in err
+
+
+@pytest.mark.parametrize("argv", [["flops", "vit_tiny_patch16_224", "--img-size", "1", "2", "3"],
+                                  ["flops", "vit_tiny_patch16_224", "--batch", "x"], ["nonsense"], []])
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "usage: vision-attn" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(cmd in out for cmd in ("models", "flops", "demo"))
+
+
+def test_demo_runs(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Random initialisation" in out and "1x3x224x320" in out and "(1, 282, 192)" in out
+
+
+def test_installed_script():
+    script = Path(sys.executable).with_name("vision-attn")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "vision_attn.cli"]
+    done = subprocess.run([*cmd, "models", "vit_tiny*"], capture_output=True, text=True, timeout=120,
+                          env={"NO_ALBUMENTATIONS_UPDATE": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    assert "vit_tiny_patch16_224" in done.stdout and "5.72" in done.stdout
+    assert done.stderr == ""  # no warnings on import

@@ -1,0 +1,237 @@
+"""The ``vision-attn`` command: argument parsing and printing only; every command calls the public API.
+
+Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model in
+detail) and ``demo``. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
+are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+import vision_attn
+from vision_attn.analysis import FlopReport, count_model_flops
+from vision_attn.errors import ConfigError, VisionAttnError
+
+CONVENTIONS = {
+    "macs": "MACs: multiply-accumulates, what papers call FLOPs",
+    "flops": "FLOPs = 2 x MACs, torch.utils.flop_counter's convention",
+    "attention": "fused attention (scaled_dot_product_attention) is counted",
+}
+CONVENTIONS_LINE = "; ".join(CONVENTIONS.values()) + "."
+DEMO_MODEL = "deit_tiny_distilled_patch16_224"
+
+
+# ------------------------------------------------------------------------------------------------
+# formatting helpers
+def _size(hw: Sequence[int]) -> str:
+    return "x".join(str(s) for s in hw)
+
+
+def _model_row(name: str) -> tuple[FlopReport, dict[str, Any]]:
+    report = count_model_flops(name)  # meta device: nothing allocated, nothing computed
+    row = {"name": name, "params": report.params, "macs": report.macs, "gmacs": round(report.gmacs, 4),
+           "img_size": list(report.input_shape[-2:])}
+    return report, row
+
+
+def models_table(names: Sequence[str], title: str | None = None) -> tuple[Table, list[dict[str, Any]]]:
+    """A table (and JSON rows) of registered variants: parameters, GMACs at their default size."""
+    table = Table(title=title, caption=CONVENTIONS["macs"] + ".", caption_justify="left")
+    table.add_column("model")
+    table.add_column("params (M)", justify="right")
+    table.add_column("GMACs", justify="right")
+    table.add_column("image", justify="right")
+    rows = []
+    for name in names:
+        report, row = _model_row(name)
+        rows.append(row)
+        table.add_row(name, f"{report.params / 1e6:.2f}", f"{report.gmacs:.2f}", _size(row["img_size"]))
+    return table, rows
+
+
+def flops_table(report: FlopReport) -> Table:
+    """Parameters, MACs, FLOPs and what a counter without the fused-attention formulas reads."""
+    table = Table(title=f"{report.model}, input {_size(report.input_shape)}",
+                  caption=CONVENTIONS_LINE, caption_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("meaning")
+    table.add_row("parameters", f"{report.params / 1e6:.2f} M", f"{report.params:,}")
+    table.add_row("MACs", f"{report.gmacs:.3f} G", "multiply-accumulates (papers' FLOPs)")
+    table.add_row("FLOPs", f"{report.gflops:.3f} G", "2 x MACs (torch.utils.flop_counter)")
+    table.add_row("fused attention", f"{report.fused_attention_macs / 1e9:.3f} GMACs", "included in MACs")
+    table.add_row("plain counter", f"{report.macs_without_fused_attention / 1e9:.3f} GMACs",
+                  "torch/fvcore/thop, no fused attention")
+    return table
+
+
+def module_table(report: FlopReport) -> Table:
+    """MACs per module (the report's breakdown), with shares of the total."""
+    table = Table(title="MACs by module")
+    table.add_column("module")
+    table.add_column("GMACs", justify="right")
+    table.add_column("share", justify="right")
+    for name, macs in report.by_module.items():
+        table.add_row(name, f"{macs / 1e9:.4f}", f"{100 * macs / max(report.macs, 1):.1f}%")
+    return table
+
+
+# ------------------------------------------------------------------------------------------------
+# commands
+def _cmd_models(args: argparse.Namespace, console: Console) -> int:
+    names = vision_attn.list_models(args.pattern)
+    if not names:
+        raise ConfigError(f"no registered model matches {args.pattern!r}: run `vision-attn models` to list them all")
+    table, rows = models_table(names)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        console.print(table)
+    return 0
+
+
+def _cmd_flops(args: argparse.Namespace, console: Console) -> int:
+    img_size = None
+    if args.img_size is not None:
+        img_size = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size)
+    report = count_model_flops(args.model, img_size, args.batch)
+    if args.json:
+        out = report.to_dict()
+        if not args.by_module:
+            out.pop("by_module")
+        out["conventions"] = CONVENTIONS
+        print(json.dumps(out, indent=2))
+        return 0
+    console.print(flops_table(report))
+    if args.by_module:
+        console.print(module_table(report))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.analysis.demo import attention_forward, sample_photo  # scikit-learn loads here
+
+    console.rule("1. FLOPs of the ViT/DeiT zoo")
+    console.print("Counted on the meta device (no memory, no arithmetic): "
+                  "[bold]vision_attn.analysis.count_model_flops(name)[/bold]")
+    table, _ = models_table(vision_attn.list_models())
+    console.print(table)
+
+    console.rule(f"2. One forward pass of {DEMO_MODEL}")
+    console.print("[bold]Random initialisation[/bold]: no checkpoint is loaded, so the logits mean nothing; "
+                  "pass pretrained=PATH to create_model for real weights.")
+    console.print("Input: scikit-learn's sample photo china.jpg, resized to cover the size, centre-cropped, "
+                  "ImageNet-normalised (vision_attn.analysis.demo.sample_photo).")
+    model = vision_attn.create_model(DEMO_MODEL).eval()
+    runs = [attention_forward(model, sample_photo(size)) for size in ((224, 224), (224, 320))]
+    pos = model.patch_embed.grid_size
+    shapes = Table()
+    for col in ("input", "patch grid", "tokens (B, N, D)", "logits", "ms / image"):
+        shapes.add_column(col, justify="right")
+    for run in runs:
+        shapes.add_row(_size(run.input_shape), _size(run.grid), str(run.tokens_shape), str(run.logits_shape),
+                       f"{1e3 * run.seconds_per_image:.1f}")
+    console.print(shapes)
+    console.print(f"N = 2 prefix tokens (class, distillation) + the patches. At 224x320 the learned "
+                  f"{_size(pos)} position table is resampled bicubically to the {_size(runs[1].grid)} grid "
+                  f"on the fly; nothing is retrained.")
+
+    console.rule("3. Where the class token looks: attention entropy per layer")
+    console.print("with vision_attn.layers.record_attention(model) as maps: model(x)  "
+                  "# maps: one (B, heads, N, N) tensor per layer")
+    console.print("Maximum (uniform attention): " + ", ".join(
+        f"log {run.tokens_shape[1]} = {run.max_entropy:.2f} nats at {_size(run.input_shape[-2:])}" for run in runs))
+    ent = Table()
+    ent.add_column("layer", justify="right")
+    for run in runs:
+        ent.add_column(f"{_size(run.input_shape[-2:])} (nats)", justify="right")
+        ent.add_column("of max", justify="right")
+    for layer in range(len(runs[0].cls_entropy)):
+        cells = []
+        for run in runs:
+            h = run.cls_entropy[layer]
+            cells += [f"{h:.3f}", f"{100 * h / run.max_entropy:.1f}%"]
+        ent.add_row(str(layer), *cells)
+    console.print(ent)
+    console.print("Entropy of the class token's attention over the N tokens, averaged over heads: log N means "
+                  "uniform attention, 0 means one token. With random weights it stays near log N; a trained "
+                  "ViT concentrates its attention on the object in its later layers.")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+class _ImgSize(argparse.Action):
+    """``--img-size N`` or ``--img-size H W``: one or two positive integers."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) > 2 or any(v < 1 for v in values):
+            got = " ".join(map(str, values))
+            parser.error(f"{option_string} takes N (square) or H W, positive integers; got {got}")
+        setattr(namespace, self.dest, list(values))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``vision-attn`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="vision-attn", description="Attention in computer vision: models, FLOPs and a demo.",
+        epilog=CONVENTIONS_LINE)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {vision_attn.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("models", help="list registered models with parameters and GMACs",
+                       description="Registered variants: parameters (M) and GMACs at their default image size. "
+                       + CONVENTIONS["macs"] + ".")
+    p.add_argument("pattern", nargs="?", default="*", help="shell-style pattern, e.g. 'deit_*' (default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.set_defaults(func=_cmd_models)
+
+    p = sub.add_parser("flops", help="parameters, MACs and FLOPs of one model",
+                       description="Parameters, MACs and FLOPs of one forward pass. " + CONVENTIONS_LINE)
+    p.add_argument("model", help="a registered model name (see `vision-attn models`)")
+    p.add_argument("--img-size", type=int, nargs="+", metavar="N", action=_ImgSize,
+                   help="image size: N (square) or H W; default: the model's own")
+    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.add_argument("--by-module", action="store_true", help="also break the MACs down by module")
+    p.set_defaults(func=_cmd_flops)
+
+    p = sub.add_parser("demo", help="a tour: the FLOPs of the zoo, a forward pass on a photo, attention entropy",
+                       description="FLOPs of the ViT/DeiT zoo, then one forward pass of a randomly initialised "
+                       f"{DEMO_MODEL} on a photo at two sizes, with the class token's attention entropy per layer.")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage errors (status 2), --help and --version (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    console = Console(highlight=False)
+    try:
+        return args.func(args, console)
+    except VisionAttnError as e:
+        if args.debug:
+            raise
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `vision-attn models | head`: the reader left; stay quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
