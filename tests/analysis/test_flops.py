@@ -186,3 +186,14 @@ def test_bad_arguments():
         count_model_flops("vit_tiny_patch16_224", (1, 3, 224, 224))
     with pytest.raises(DataError, match="divisible"):
         count_model_flops("vit_tiny_patch16_224", 225)
+
+
+def test_onednn_inference_linear_is_counted_by_flop_counter():
+    """At inference on the CPU our linear layers run oneDNN's fused op; a counter around any
+    computation still counts them, and count_flops reports the same as the standard path."""
+    model = vision_attn.create_model("vit_tiny_patch16_224", depth=2).eval()
+    with torch.no_grad(), flop_counter() as counter:
+        model(torch.zeros(1, 3, 224, 224))
+    ops = {str(op) for op in counter.get_flop_counts()["Global"]}
+    assert "mkldnn._linear_pointwise" in ops  # the fast path ran (the head is a plain nn.Linear: addmm)
+    assert counter.get_total_flops() // 2 == count_flops(model).macs

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.linear import linear
 from vision_attn.layers.pos_embed import apply_rope
 
 
@@ -76,7 +77,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
+        qkv = linear(x, self.qkv).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
@@ -84,7 +85,7 @@ class Attention(nn.Module):
         x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
                                  keep_weights=self.keep_weights)
         x = x.transpose(1, 2).reshape(B, N, C)  # (B, N, D)
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(linear(x, self.proj))
 
 
 @contextmanager

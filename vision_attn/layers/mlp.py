@@ -4,11 +4,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vision_attn.layers.linear import linear
+
 
 class Mlp(nn.Module):
     """Linear -> activation -> dropout -> Linear -> dropout, over the last dimension.
 
-    Keys ``fc1`` and ``fc2`` match timm's, so its checkpoints load unchanged.
+    Keys ``fc1`` and ``fc2`` match timm's, so its checkpoints load unchanged. At inference on the CPU
+    the linear layers run through oneDNN with bias and GELU fused (:func:`~vision_attn.layers.linear.linear`).
     """
 
     def __init__(
@@ -30,4 +33,5 @@ class Mlp(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        x = self.drop1(linear(x, self.fc1, self.act))  # (..., hidden)
+        return self.drop2(linear(x, self.fc2))
