@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# Trains a small ViT on the built-in handwritten digits (demo:digits) and prints its final accuracy
+# and run folder (runs/demo_digits/); `vision-attn demo` is the model-zoo tour.
 demo: $(STAMP)
-	$(VENV)/bin/vision-attn demo
+	$(VENV)/bin/vision-attn train cls --config configs/classify/demo_digits.yaml --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not benchmark"

@@ -1,7 +1,8 @@
 """The ``vision-attn`` command: argument parsing and printing only; every command calls the public API.
 
 Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model in
-detail) and ``demo``. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
+detail), ``demo``, ``train cls`` (a classifier on image folders, configured by YAML and
+``--section.key value`` overrides), ``eval cls`` and ``predict cls`` (a trained run's checkpoint). Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
@@ -166,6 +167,86 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.tasks import dump_config, parse_train_config, train_classifier  # Lightning loads here
+    from vision_attn.tasks.config import PRINT_CONFIG_FLAGS, build_train_parser
+
+    rest = list(args.args)
+    if any(a in ("-h", "--help") for a in rest):
+        build_train_parser().print_help()
+        return 0
+    printing = any(a in PRINT_CONFIG_FLAGS for a in rest)
+    cfg = parse_train_config([a for a in rest if a not in PRINT_CONFIG_FLAGS])
+    if printing:
+        print(dump_config(cfg), end="")
+        return 0
+    result = train_classifier(cfg, echo=lambda line: console.print(line, markup=False))
+    if result.metrics:
+        m = result.metrics
+        top1 = "n/a" if m["val_top1"] is None else f"{100 * m['val_top1']:.2f}%"
+        console.print(f"[bold]final val top-1: {top1}[/bold] ({m['model']}, {m['epochs']} epochs, "
+                      f"{m['wall_time_s']:.0f} s, {m['params'] / 1e6:.2f} M params, {m['gmacs']:.4f} GMACs)")
+        console.print(f"run folder: {result.run_dir}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.tasks import evaluate_classifier
+
+    report = evaluate_classifier(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    table = Table(title=f"{report['model']} on {report['data']} ({report['images']} images)")
+    table.add_column("class")
+    table.add_column("images", justify="right")
+    table.add_column("accuracy", justify="right")
+    for name, acc in report["per_class_accuracy"].items():
+        n = report["per_class_images"][name]
+        table.add_row(name, str(n), "n/a" if acc is None else f"{100 * acc:.1f}%")
+    console.print(table)
+    console.print(f"top-1 {100 * report['top1']:.2f}%, top-5 {100 * report['top5']:.2f}%")
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.tasks import predict_images
+
+    results = predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    table = Table()
+    table.add_column("image")
+    table.add_column(f"top-{args.top_k} (probability)")
+    for r in results:
+        table.add_row(r["image"], ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"]))
+    console.print(table)
+    return 0
+
+
+
+def _cmd_yaml(args: argparse.Namespace, console: Console) -> int:
+    """``yaml info FILE``: the per-row table and the totals of a detector YAML."""
+    from vision_attn.analysis.yaml_info import yaml_info
+
+    info = yaml_info(args.file, scale=args.scale, img_size=args.img_size)
+    if args.json:
+        print(json.dumps(info.to_dict(), indent=2))
+        return 0
+    table = Table(title=f"{info.source}  scale {info.scale or '-'}  {info.img_size}x{info.img_size}")
+    for col in ("index", "from", "repeats", "params", "module", "arguments", "output shape"):
+        table.add_column(col, justify="right" if col in ("index", "repeats", "params") else "left")
+    for layer in info.layers:
+        shape = _size(layer.output_shape) if all(isinstance(s, int) for s in layer.output_shape) \
+            else str(layer.output_shape)
+        table.add_row(str(layer.index), str(layer.from_), str(layer.repeats), f"{layer.params:,}", layer.module,
+                      str(layer.arguments), shape)
+    console.print(table)
+    console.print(f"{len(info.layers)} layers, {info.parameters:,} parameters, {info.gflops:.2f} GFLOPs "
+                  "(2 x MACs of convolutions and matrix products)")
+    return 0
+
 # ------------------------------------------------------------------------------------------------
 class _ImgSize(argparse.Action):
     """``--img-size N`` or ``--img-size H W``: one or two positive integers."""
@@ -180,7 +261,7 @@ class _ImgSize(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     """The ``vision-attn`` argument parser."""
     parser = argparse.ArgumentParser(
-        prog="vision-attn", description="Attention in computer vision: models, FLOPs and a demo.",
+        prog="vision-attn", description="Attention in computer vision: models, FLOPs, training and a demo.",
         epilog=CONVENTIONS_LINE)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     parser.add_argument("--version", action="version", version=f"%(prog)s {vision_attn.__version__}")
@@ -207,6 +288,46 @@ def build_parser() -> argparse.ArgumentParser:
                        description="FLOPs of the ViT/DeiT zoo, then one forward pass of a randomly initialised "
                        f"{DEMO_MODEL} on a photo at two sizes, with the class token's attention entropy per layer.")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("train", help="train a model: `train cls --config configs/classify/NAME.yaml`",
+                       description="Train a classifier (cls) on ImageNet-style folders with PyTorch Lightning. "
+                       "`vision-attn train cls --help` lists every config key.")
+    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p.add_argument("args", nargs=argparse.REMAINDER,
+                   help="--config FILE, --section.key VALUE overrides, --print-config, --help")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls --checkpoint CKPT --data PATH`",
+                       description="Top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
+                       "(its val/ folder when it has one) or demo:NAME.")
+    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
+    p.add_argument("--data", required=True, help="a folder of class folders, a root with val/, or demo:digits")
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("predict", help="top-k labels for images: `predict cls --checkpoint CKPT IMAGES...`",
+                       description="Top-k labels with probabilities for image files (folders are searched).")
+    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p.add_argument("images", nargs="+", help="image files or folders")
+    p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
+    p.add_argument("--top-k", type=int, default=5, help="labels per image (default 5)")
+    p.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("yaml", help="detector YAMLs (ultralytics schema): `yaml info FILE`",
+                       description="Detector YAMLs in the ultralytics schema, read safely (nothing in them runs).")
+    p.add_argument("action", choices=["info"], help="info: per-row table (index, from, repeats, params, module, "
+                   "arguments, output shape) and totals (layers, parameters, GFLOPs)")
+    p.add_argument("file", help="a detector YAML, e.g. configs/detect/yolov8.yaml (or yolov8n.yaml for scale n)")
+    p.add_argument("--scale", default=None, help="a letter of the file's scales (default: from the file name, "
+                   "else the first)")
+    p.add_argument("--img-size", type=int, default=640, help="square image size, a multiple of 32 (default 640)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.set_defaults(func=_cmd_yaml)
     return parser
 
 

@@ -5,7 +5,7 @@ The command line prints the message on one line and exits with status 2.
 """
 from __future__ import annotations
 
-__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError"]
+__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError"]
 
 
 class VisionAttnError(Exception):
@@ -22,3 +22,7 @@ class DataError(VisionAttnError, ValueError):
 
 class CheckpointError(VisionAttnError, RuntimeError):
     """A checkpoint file cannot be read or does not fit the model it is loaded into."""
+
+
+class TrainingError(VisionAttnError, RuntimeError):
+    """Training cannot go on: a loss that is NaN or infinite, a run folder in the way of a new run."""

@@ -11,7 +11,7 @@ import torchvision
 import vision_attn
 from vision_attn.models.vit import VisionTransformer
 
-TORCHVISION_NAMES = {"vit_b_16", "vit_b_32", "vit_l_16"}
+TORCHVISION_NAMES = {"vit_b_16", "vit_b_32", "vit_l_16", "swin_t", "swin_s", "swin_b"}
 ALL_NAMES = vision_attn.list_models()
 
 
@@ -55,7 +55,11 @@ def _small(name: str, **extra) -> VisionTransformer:
     return vision_attn.create_model(name, depth=1, img_size=(2 * patch, 3 * patch), num_classes=7, **extra)
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+CNN_NAMES = set(vision_attn.list_models("resnet*"))  # torchvision's ResNets: tests/models/test_cnn.py
+SWIN_NAMES = set(vision_attn.list_models("swin*"))  # hierarchical: tests/models/test_swin.py
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_NAMES if n not in CNN_NAMES | SWIN_NAMES])
 def test_small_variant_trains(name):
     model = _small(name).train()
     p = model.patch_embed.patch_size[0]

@@ -1,7 +1,12 @@
 """Model families, registered by name; ``create_model`` builds any of them."""
 from vision_attn.models import vit  # noqa: F401  (registers the ViT/DeiT variants)
+from vision_attn.models import swin  # noqa: F401  (registers the Swin variants)
+from vision_attn.models import cnn  # noqa: F401  (registers torchvision's ResNets and the timm: prefix)
 from vision_attn.models.checkpoint import load_checkpoint, read_state_dict
+from vision_attn.models.insert import Insertion, InsertionReport, insert_attention
 from vision_attn.models.registry import create_model, list_models, register_model
 from vision_attn.models.vit import VisionTransformer
+from vision_attn.models.yolo import build_detector
 
-__all__ = ["create_model", "list_models", "register_model", "load_checkpoint", "read_state_dict", "VisionTransformer"]
+__all__ = ["create_model", "list_models", "register_model", "load_checkpoint", "read_state_dict", "VisionTransformer",
+           "insert_attention", "Insertion", "InsertionReport", "build_detector"]

@@ -14,6 +14,7 @@ import re
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Collection
 
 import torch
 from torch import nn
@@ -82,12 +83,14 @@ def _is_state_dict(obj: dict) -> bool:
     return bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
-def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint") -> StateDict:
+def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint",
+                   optional: Collection[str] = ()) -> StateDict:
     """Map ``state_dict`` to ``model``'s keys and check every key and shape.
 
     Classifier weights (``model.classifier_keys``) of another class count are dropped with a warning,
-    so the model keeps its freshly initialised head. Anything else that does not fit raises a
-    :class:`CheckpointError` naming the keys.
+    so the model keeps its freshly initialised head. Keys in ``optional`` (blocks added to a
+    pretrained backbone) may be absent from the file, all of them, and then keep their initialisation. Anything else
+    that does not fit raises a :class:`CheckpointError` naming the keys.
     """
     convert = getattr(model, "convert_checkpoint", None)
     if convert is not None:
@@ -98,7 +101,9 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
     if refit:
         found = ", ".join(f"{k} {tuple(state_dict[k].shape)}" if k in state_dict else f"{k} absent" for k in refit)
         state_dict = {k: v for k, v in state_dict.items() if k not in head}
-    missing = [k for k in own if k not in state_dict and not (refit and k in head)]
+    # optional keys are all absent (a plain backbone) or all checked (a file saved with the blocks)
+    optional = set() if any(k in state_dict for k in optional) else set(optional)
+    missing = [k for k in own if k not in state_dict and not (refit and k in head) and k not in optional]
     unexpected = [k for k in state_dict if k not in own]
     mismatched = [f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
                   for k, v in state_dict.items() if k in own and v.shape != own[k].shape]
@@ -122,11 +127,13 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
     return state_dict
 
 
-def load_checkpoint(model: nn.Module, path: str | Path) -> nn.Module:
-    """Load the file at ``path`` into ``model`` (any supported layout), strictly apart from a refitted head."""
-    state_dict = fit_state_dict(model, read_state_dict(path), source=str(path))
-    head_refit = any(k not in state_dict for k in getattr(model, "classifier_keys", ()))
-    model.load_state_dict(state_dict, strict=not head_refit)
+def load_checkpoint(model: nn.Module, path: str | Path, optional: Collection[str] = ()) -> nn.Module:
+    """Load the file at ``path`` into ``model`` (any supported layout), strictly apart from a refitted
+    head and the ``optional`` keys the file lacks (see :func:`fit_state_dict`)."""
+    state_dict = fit_state_dict(model, read_state_dict(path), source=str(path), optional=optional)
+    own = model.state_dict()
+    strict = all(k in state_dict for k in own)
+    model.load_state_dict(state_dict, strict=strict)
     return model
 
 

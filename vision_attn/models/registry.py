@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.models.checkpoint import load_checkpoint
+from vision_attn.models.insert import InsertionReport, default_attention_sites, insert_attention
 
 _ENTRYPOINTS: dict[str, Callable[..., nn.Module]] = {}
+_PREFIXES: dict[str, Callable[..., nn.Module]] = {}
 
 
 def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
@@ -27,7 +30,21 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(n for n in _ENTRYPOINTS if fnmatch.fnmatchcase(n, pattern))
 
 
+def register_prefix(prefix: str, builder: Callable[..., nn.Module]) -> None:
+    """Names ``"PREFIX:NAME"`` build ``builder(NAME, **kwargs)``: another library's models by their own
+    names (``"timm:resnet50d"``). Such names are not listed by :func:`list_models`."""
+    if prefix in _PREFIXES:
+        raise ConfigError(f"model name prefix {prefix!r} is registered twice")
+    _PREFIXES[prefix] = builder
+
+
 def get_entrypoint(name: str) -> Callable[..., nn.Module]:
+    prefix, colon, rest = name.partition(":")
+    if colon:
+        if prefix not in _PREFIXES:
+            raise ConfigError(f"unknown model source {prefix!r} in {name!r}: known prefixes are "
+                              f"{', '.join(f'{p}:' for p in _PREFIXES) or 'none'}")
+        return functools.partial(_PREFIXES[prefix], rest)
     if name not in _ENTRYPOINTS:
         close = difflib.get_close_matches(name, _ENTRYPOINTS, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else "run `vision-attn models` to list them"
@@ -41,14 +58,23 @@ def create_model(
     pretrained: str | Path | None = None,
     num_classes: int | None = None,
     img_size: int | tuple[int, int] | None = None,
+    attention: str | Mapping[str, Any] | None = None,
     **kwargs,
 ) -> nn.Module:
-    """Build the registered model ``name``.
+    """Build the registered model ``name`` (or ``"timm:NAME"``, any timm model).
 
     ``pretrained`` is a local checkpoint (.pth, .pt, .bin, .safetensors) in timm, torchvision,
     official or vision_attn layout; the layout is recognised from its keys. A ``num_classes`` other
     than the checkpoint's re-initialises the classifier (with a warning); an ``img_size`` other than
     the checkpoint's resamples the position embedding.
+
+    ``attention`` inserts attention blocks (:func:`~vision_attn.models.insert.insert_attention`): a
+    block name (``"cbam"``: on the residual branch of every ResNet block), or a dict of
+    ``insert_attention``'s arguments with the block under ``"block"``, e.g. ``{"block": "se",
+    "reduction": 8, "after": "layer4.*", "position": "residual", "zero_init": True}``; ``None`` or
+    ``"none"``: no blocks. The blocks are inserted before ``pretrained`` is loaded, so a file of the
+    plain backbone loads strictly apart from the new blocks (which keep their initialisation), and a
+    file saved with the blocks loads strictly.
     """
     fn = get_entrypoint(name)
     if num_classes is not None:
@@ -56,6 +82,31 @@ def create_model(
     if img_size is not None:
         kwargs["img_size"] = img_size
     model = fn(**kwargs)
+    new_keys: tuple[str, ...] = ()
+    if attention is not None and attention != "none":
+        new_keys = _insert(model, attention, img_size).new_keys
     if pretrained is not None:
-        load_checkpoint(model, pretrained)
+        load_checkpoint(model, pretrained, optional=new_keys)
     return model
+
+
+def _insert(model: nn.Module, attention: str | Mapping[str, Any], img_size: Any) -> InsertionReport:
+    if isinstance(attention, str):
+        spec: dict[str, Any] = {"block": attention}
+    elif isinstance(attention, Mapping):
+        spec = dict(attention)
+    else:
+        raise ConfigError(f"attention={attention!r}: give a block name ('se', 'cbam', ...) or a dict with 'block' "
+                          f"and insert_attention's other arguments")
+    if "block" not in spec:
+        raise ConfigError(f"attention={attention!r} names no block: add 'block': 'se' (or 'cbam', 'eca', ...)")
+    if "after" not in spec:
+        defaults = default_attention_sites(model)
+        if defaults is None:
+            raise ConfigError(
+                f"{type(model).__name__} has no ResNet blocks, where attention goes by default; say where: "
+                f"attention={{'block': {spec['block']!r}, 'after': <module type, name glob or predicate>}}")
+        spec = {**defaults, **spec}
+    if img_size is not None:
+        spec.setdefault("input_size", img_size)
+    return insert_attention(model, spec.pop("block"), **spec)

@@ -1,0 +1,10 @@
+from pathlib import Path
+
+import pytest
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detect"
+
+
+@pytest.fixture
+def configs() -> Path:
+    return CONFIGS

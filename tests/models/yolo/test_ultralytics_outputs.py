@@ -1,0 +1,25 @@
+"""Outputs equal ultralytics' on the same weights (runs only where ultralytics is installed: it is AGPL,
+so never a dependency; install it in a separate environment to run this test)."""
+import pytest
+import torch
+
+from vision_attn.models.yolo import build_detector
+
+from .conftest import CONFIGS
+
+ultralytics_tasks = pytest.importorskip("ultralytics.nn.tasks")
+
+
+@pytest.mark.parametrize("name,scale", [("yolov8", "n"), ("yolo11", "s"), ("yolo11", "m")])
+def test_same_outputs_on_ultralytics_weights(name, scale):
+    peer = ultralytics_tasks.DetectionModel(f"{name}{scale}.yaml", verbose=False).eval()
+    state = peer.state_dict()
+    with torch.no_grad():  # random weights and batch-norm statistics, so every tensor matters
+        for key, value in state.items():
+            if value.is_floating_point() and "dfl" not in key:
+                value.copy_(torch.rand_like(value) * 0.2 + (0.9 if "running_var" in key or "bn.weight" in key else -0.1))
+    ours = build_detector(CONFIGS / f"{name}.yaml", scale=scale).eval()
+    ours.load_state_dict(state, strict=True)  # the same keys and shapes
+    x = torch.rand(2, 3, 128, 160)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), peer(x)[0], rtol=1e-5, atol=1e-4)

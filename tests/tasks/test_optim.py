@@ -1,0 +1,61 @@
+"""AdamW groups: which parameters decay, and layer-wise learning-rate scales."""
+import math
+
+import pytest
+import torch
+
+from vision_attn import create_model
+from vision_attn.tasks.optim import layer_ids, param_groups
+
+
+def _names(groups, decay: bool) -> set[str]:
+    return {n for g in groups if (g["weight_decay"] > 0) == decay for n in g["param_names"]}
+
+
+def test_vit_no_decay_on_norms_biases_tokens_and_positions():
+    model = create_model("deit_tiny_distilled_patch16_224", num_classes=3, img_size=16, patch_size=8, depth=2,
+                         embed_dim=32, num_heads=2)
+    groups = param_groups(model, weight_decay=0.05)
+    no_decay = _names(groups, False)
+    assert {"cls_token", "dist_token", "pos_embed", "norm.weight", "norm.bias", "blocks.0.norm1.weight",
+            "blocks.0.attn.qkv.bias", "head.bias"} <= no_decay
+    assert {"blocks.0.attn.qkv.weight", "patch_embed.proj.weight", "head.weight"} <= _names(groups, True)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_vit_layer_decay_scales():
+    model = create_model("vit_tiny_patch16_224", num_classes=3, img_size=16, patch_size=8, depth=3, embed_dim=32,
+                         num_heads=2)
+    ids, n = layer_ids(model)
+    assert n == 3 and ids("pos_embed") == 0 and ids("blocks.2.mlp.fc1.weight") == 3 and ids("head.weight") == 4
+    groups = param_groups(model, weight_decay=0.05, layer_decay=0.5)
+    scale = {n: g["lr_scale"] for g in groups for n in g["param_names"]}
+    assert scale["head.weight"] == 1.0 and scale["blocks.2.attn.qkv.weight"] == 0.5
+    assert scale["blocks.0.attn.qkv.weight"] == 0.125 and scale["patch_embed.proj.weight"] == 0.0625
+
+
+def test_timm_scheduler_applies_lr_scale():
+    from timm.scheduler import CosineLRScheduler
+
+    model = create_model("vit_tiny_patch16_224", num_classes=3, img_size=16, patch_size=8, depth=1, embed_dim=32,
+                         num_heads=2)
+    opt = torch.optim.AdamW(param_groups(model, weight_decay=0.05, layer_decay=0.5), lr=1e-3)
+    sched = CosineLRScheduler(opt, t_initial=10, warmup_t=2, warmup_lr_init=0.0, t_in_epochs=False)
+    sched.step_update(num_updates=2)
+    lrs = sorted({g["lr"] for g in opt.param_groups})  # cosine at step 2 of 10 (warmup over), times each scale
+    peak = 1e-3 * 0.5 * (1 + math.cos(math.pi * 2 / 10))
+    assert lrs == pytest.approx([0.25 * peak, 0.5 * peak, peak])
+
+
+def test_swin_and_resnet_layer_ids():
+    names = [n for n in __import__("vision_attn").list_models("swin_tiny*")]
+    if names:
+        swin = create_model(names[0], num_classes=3)
+        ids, n = layer_ids(swin)
+        assert n == 12 and ids("patch_embed.proj.weight") == 0 and ids("layers.3.blocks.1.attn.qkv.weight") == 12
+        assert ids("head.fc.weight") == 13
+    resnet = create_model("resnet18", num_classes=3)
+    ids, n = layer_ids(resnet)
+    assert n == 8 and ids("conv1.weight") == 0 and ids("layer4.1.conv2.weight") == 8 and ids("fc.weight") == 9
+    no_decay = _names(param_groups(resnet, weight_decay=0.1), False)
+    assert "bn1.weight" in no_decay and "fc.bias" in no_decay and "conv1.weight" not in no_decay

@@ -1,0 +1,138 @@
+"""`vision-attn train cls / eval cls / predict cls` on generated folders: the run folder, its metrics,
+and one-line errors (exit 2) for each kind of bad input."""
+import json
+
+import pytest
+import torch
+import yaml
+
+from tests.folders import make_folder, write_image
+from vision_attn.cli import main
+
+TINY = """\
+model:
+  name: vit_tiny_patch16_224
+  model_kwargs: {{patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2}}
+  warmup_epochs: 0.5
+  ema_decay: 0.9
+data:
+  root: {root}
+  img_size: 16
+  batch_size: 8
+  num_workers: 0
+  hflip: 0.0
+trainer:
+  accelerator: cpu
+  max_epochs: 2
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A generated folder (3 classes, 8 train / 3 val images each) and a config for it, cwd = tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    root = make_folder(tmp_path / "data")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY.format(root=root))
+    return config, root
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_train_writes_the_run_folder_then_eval_and_predict(tiny, capsys, tmp_path):
+    config, root = tiny
+    assert main(["train", "cls", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    run = tmp_path / "runs" / "tiny"
+    assert "final val top-1:" in out and "run folder: runs/tiny" in out
+    for name in ("config.yaml", "best.ckpt", "last.ckpt", "model.safetensors", "metrics.json", "csv/metrics.csv",
+                 "loss.png", "accuracy.png", "confusion.png"):
+        assert (run / name).is_file(), name
+    assert any((run / "tensorboard").glob("events.out.tfevents.*"))
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["epochs"] == 2 and m["global_step"] == 2 * 3  # 24 images, batch 8, drop_last
+    assert 0 <= m["val_top1"] <= m["val_top5"] <= 1 and m["val_images"] == 9 and m["train_images"] == 24
+    assert m["params"] > 0 and m["gmacs"] > 0 and m["wall_time_s"] > 0 and m["ema"] is True
+    assert set(m["per_class_accuracy"]) == {"cat", "dog", "fox"}
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["name"] == "tiny" and saved["data"]["img_size"] == 16 and saved["trainer"]["max_epochs"] == 2
+    ckpt = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["epoch"] == 1 and any(k.startswith("ema.module.") for k in ckpt["state_dict"])
+
+    assert main(["eval", "cls", "--checkpoint", str(run / "best.ckpt"), "--data", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["images"] == 9 and report["top1"] == pytest.approx(m["best_val_top1"], abs=1e-6)
+
+    assert main(["predict", "cls", "--checkpoint", str(run), str(root / "val" / "dog"), "--top-k", "2", "--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    assert len(preds) == 3 and all(len(p["top"]) == 2 for p in preds)
+    assert all(t["label"] in ("cat", "dog", "fox") and 0 <= t["prob"] <= 1 for p in preds for t in p["top"])
+
+    # the same name again is refused unless resumed or overwritten
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    assert "already exists: pass --resume true" in _error(capsys)
+
+
+def test_print_config_and_typos(tiny, capsys):
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--model.lr", "0.01", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["lr"] == 0.01 and printed["data"]["img_size"] == 16
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epoch", "3"]) == 2
+    assert "unknown option --trainer.max_epoch: did you mean trainer.max_epochs?" in _error(capsys)
+    config.write_text(config.read_text().replace("batch_size:", "batch_sise:"))
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    assert "unknown config key 'data.batch_sise': did you mean data.batch_size?" in _error(capsys)
+
+
+def test_empty_class_folder(tiny, capsys):
+    config, root = tiny
+    (root / "train" / "owl").mkdir()
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    assert "train class folder" in (err := _error(capsys)) and "owl has no images" in err
+
+
+def test_val_class_missing_from_train(tiny, capsys):
+    config, root = tiny
+    write_image(root / "val" / "owl" / "x.png", 1)
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    assert "class folder(s) 'owl' are not among train's 3 classes" in _error(capsys)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_corrupt_image_names_the_file(tiny, capsys, workers):
+    config, root = tiny
+    (root / "train" / "dog" / "dog_bad.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    args = ["train", "cls", "--config", str(config), "--data.num_workers", str(workers), "--trainer.max_epochs", "1"]
+    assert main(args) == 2
+    err = _error(capsys)
+    assert "dog_bad.png: cannot decode the image" in err and "--data.skip_bad_images true" in err
+    assert "DataLoader worker" not in err
+
+
+def test_skip_bad_images_reports_the_count(tiny, capsys, tmp_path):
+    config, root = tiny
+    (root / "train" / "dog" / "dog_bad.png").write_bytes(b"garbage")
+    (root / "val" / "cat" / "cat_empty.png").write_bytes(b"")
+    (root / "train" / "fox" / "notes.txt").write_text("ignored")
+    threads = torch.get_num_threads()
+    assert main(["train", "cls", "--config", str(config), "--data.skip_bad_images", "true",
+                 "--trainer.max_epochs", "1", "--threads", "1"]) == 0
+    assert torch.get_num_threads() == threads  # restored after the run
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 non-image file(s) ignored; 2 unreadable image(s) skipped" in out
+    m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
+    assert m["skipped_bad_images"] == 2 and m["ignored_files"] == 1 and m["epochs"] == 1
+
+
+def test_nan_loss_names_the_step(tiny, capsys):
+    config, _ = tiny
+    args = ["train", "cls", "--config", str(config), "--model.lr", "1e30", "--model.warmup_epochs", "0",
+            "--model.ema_decay", "null", "--trainer.max_epochs", "3"]
+    assert main(args) == 2
+    err = _error(capsys)
+    assert "the training loss is nan at step" in err and "lower model.lr" in err

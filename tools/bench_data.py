@@ -1,0 +1,120 @@
+"""Data throughput against training speed: can the input pipeline feed the model?
+
+Measures (1) images/s of the classification train pipeline (PIL decoding of JPEG photos, random
+resized crop to 224, flip, colour jitter, two RandAugment-style ops, normalisation, collation) through
+a DataLoader with ``--workers`` processes, and (2) images/s of training steps of vit_small_patch16_224
+(AdamW, batch 16, 224 px; fp32 and bf16 autocast) on random tensors. The two are measured one after
+the other, not together: on a 2-core machine loading and training compete for the same cores.
+
+The photos are scikit-learn's two sample images (427x640 JPEG), cut into ``--images`` different
+crops of ImageNet-like size (about 375x500) and saved as JPEG files in a temporary folder.
+
+    .venv/bin/python tools/bench_data.py [--workers 2] [--images 256] [--steps 6]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+
+def make_photos(root: Path, n: int, seed: int = 0) -> list[tuple[str, int]]:
+    """``n`` JPEG crops (about 375x500) of scikit-learn's sample photos in 10 class folders."""
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images  # two (427, 640, 3) uint8
+    rng = np.random.default_rng(seed)
+    samples = []
+    for i in range(n):
+        photo = photos[i % 2]
+        h, w = 375, 500
+        y, x = rng.integers(0, photo.shape[0] - h + 1), rng.integers(0, photo.shape[1] - w + 1)
+        crop = photo[y:y + h, x:x + w]
+        path = root / str(i % 10) / f"{i:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(crop).save(path, quality=90)
+        samples.append((str(path), i % 10))
+    return samples
+
+
+def pipeline_rate(samples: list[tuple[str, int]], workers: int, batch: int, epochs: int) -> dict:
+    """Images/s of the train pipeline through a DataLoader (the first epoch is a warm-up)."""
+    from vision_attn.data import ImageFolder, seed_worker, train_transforms
+
+    tf = train_transforms(224, color_jitter=0.4, rand_augment=2, seed=0)
+    loader = torch.utils.data.DataLoader(ImageFolder(samples, [str(i) for i in range(10)], tf), batch_size=batch,
+                                         shuffle=True, num_workers=workers, persistent_workers=workers > 0,
+                                         worker_init_fn=seed_worker if workers else None, drop_last=True)
+    rates = []
+    for epoch in range(epochs + 1):
+        start = time.perf_counter()
+        n = sum(x.shape[0] for x, _ in loader)
+        if epoch:  # epoch 0 starts the workers
+            rates.append(n / (time.perf_counter() - start))
+    return {"workers": workers, "batch": batch, "images_per_s": round(statistics.median(rates), 1),
+            "per_epoch": [round(r, 1) for r in rates]}
+
+
+def train_rate(batch: int, steps: int, bf16: bool) -> dict:
+    """Images/s of AdamW training steps of vit_small_patch16_224 at 224 px (median over ``steps``)."""
+    from vision_attn import create_model
+
+    model = create_model("vit_small_patch16_224", num_classes=1000).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, 3, 224, 224)
+    y = torch.randint(0, 1000, (batch,))
+    times = []
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i:  # step 0 is a warm-up
+            times.append(time.perf_counter() - start)
+    step = statistics.median(times)
+    return {"model": "vit_small_patch16_224", "batch": batch, "precision": "bf16-mixed" if bf16 else "fp32",
+            "seconds_per_step": round(step, 3), "images_per_s": round(batch / step, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=2, help="timed passes over the images (after a warm-up)")
+    parser.add_argument("--steps", type=int, default=6, help="timed training steps per precision")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = make_photos(Path(tmp), args.images)
+        data = pipeline_rate(samples, args.workers, args.batch, args.epochs)
+        data_main = pipeline_rate(samples, 0, args.batch, 1)
+    train = [train_rate(args.batch, args.steps, bf16) for bf16 in (False, True)]
+    out = {"pipeline": data, "pipeline_in_main_process": data_main, "train": train,
+           "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "torch": torch.__version__}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"train pipeline at 224 px, {args.workers} workers: {data['images_per_s']} images/s "
+          f"(main process only: {data_main['images_per_s']})")
+    for t in train:
+        print(f"{t['model']} training step, batch {t['batch']}, {t['precision']}: {t['images_per_s']} images/s "
+              f"({t['seconds_per_step']} s/step)")
+    fastest = max(t["images_per_s"] for t in train)
+    print(f"pipeline / fastest training rate: {data['images_per_s'] / fastest:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

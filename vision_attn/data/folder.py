@@ -1,0 +1,184 @@
+"""ImageNet-style image folders: ``ROOT/CLASS/IMAGE`` scanned, checked and decoded.
+
+A folder holds one subfolder per class (sorted names give the labels 0..C-1); images may lie in
+nested folders below a class folder. Files with other extensions (``.txt``, ``.csv``, ``.DS_Store``)
+and hidden files are ignored and counted. A class folder without images, a zero-byte image and a
+``val`` class that ``train`` lacks are errors that name the folder or file. Decoding (PIL) happens
+when a sample is read; an image that does not decode raises a :class:`DataError` naming the file,
+unless the images were checked first with :func:`check_images` (``skip_bad_images``), which drops
+them and counts them.
+"""
+from __future__ import annotations
+
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from vision_attn.errors import DataError
+
+__all__ = ["IMAGE_EXTENSIONS", "FolderScan", "ImageFolder", "scan_folder", "check_images", "split_samples",
+           "load_image", "SKIP_HINT"]
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
+SKIP_HINT = "replace or delete it, or pass --data.skip_bad_images true to skip unreadable images"
+
+Sample = tuple[str, int]  # (path, label)
+
+
+@dataclass
+class FolderScan:
+    """What :func:`scan_folder` found: class names (label = index), samples, ignored files."""
+
+    root: Path
+    classes: list[str]
+    samples: list[Sample]
+    ignored: int = 0  # non-image and hidden files
+    empty_files: list[str] = field(default_factory=list)  # zero-byte images
+
+    def counts(self) -> list[int]:
+        """Images per class, in label order."""
+        out = [0] * len(self.classes)
+        for _, label in self.samples:
+            out[label] += 1
+        return out
+
+
+def _class_dirs(root: Path) -> list[str]:
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+
+
+def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role: str = "data") -> FolderScan:
+    """List the images of ``root`` (``root/CLASS/...``) with labels.
+
+    ``classes``: the label order to use (a ``val`` folder takes ``train``'s); a class folder not among
+    them is an error. ``role`` names the folder in messages (``"train"``, ``"val"``).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{role} folder {root}: no such folder; give a folder with one subfolder per class "
+                        f"(ROOT/CLASS/IMAGE.jpg)")
+    found = _class_dirs(root)
+    if not found:
+        raise DataError(f"{role} folder {root} has no class subfolders; expected one subfolder per class "
+                        f"(ROOT/CLASS/IMAGE.jpg)")
+    if classes is None:
+        classes = found
+    else:
+        unknown = [c for c in found if c not in classes]
+        if unknown:
+            raise DataError(
+                f"{role} folder {root}: class folder(s) {', '.join(map(repr, unknown))} are not among train's "
+                f"{len(classes)} classes ({', '.join(list(classes)[:8])}{', ...' if len(classes) > 8 else ''}); "
+                f"every {role} class needs images in train: add them there or remove the folder")
+    index = {c: i for i, c in enumerate(classes)}
+    samples: list[Sample] = []
+    ignored = 0
+    empty: list[str] = []
+    for name in found:
+        n_images = 0
+        n_other = 0
+        for dirpath, dirnames, filenames in os.walk(root / name, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for fname in sorted(filenames):
+                path = os.path.join(dirpath, fname)
+                if fname.startswith(".") or os.path.splitext(fname)[1].lower() not in IMAGE_EXTENSIONS:
+                    n_other += 1
+                    continue
+                if os.path.getsize(path) == 0:
+                    empty.append(path)
+                    continue
+                samples.append((path, index[name]))
+                n_images += 1
+        ignored += n_other
+        if n_images == 0 and not any(p.startswith(str(root / name) + os.sep) for p in empty):
+            raise DataError(
+                f"{role} class folder {root / name} has no images ({n_other} other file(s) ignored; images are "
+                f"{', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder")
+    return FolderScan(root=root, classes=list(classes), samples=samples, ignored=ignored, empty_files=empty)
+
+
+def load_image(path: str | Path) -> np.ndarray:
+    """Decode the image at ``path`` to an (H, W, 3) uint8 RGB array; a file that does not decode
+    completely raises a :class:`DataError` naming it."""
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now: a truncated file fails here, not later
+            if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+                arr = np.asarray(img, dtype=np.float64)
+                img = Image.fromarray((arr * (255.0 / max(arr.max(), 1.0))).astype(np.uint8))
+            rgb = img.convert("RGB")
+    except FileNotFoundError:
+        raise DataError(f"{path}: the image disappeared since the folder was scanned; scan again") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"{path}: cannot decode the image ({detail}); the file is corrupt or truncated: "
+                        f"{SKIP_HINT}") from None
+    return np.asarray(rgb)
+
+
+def _readable(path: str) -> bool:
+    try:
+        load_image(path)
+    except DataError:
+        return False
+    return True
+
+
+def check_images(samples: Sequence[Sample], threads: int = 4) -> tuple[list[Sample], list[str]]:
+    """Decode every image once; return the samples that decode and the paths that do not."""
+    with ThreadPoolExecutor(max(1, threads)) as pool:  # PIL releases the GIL while decoding
+        ok = list(pool.map(_readable, [p for p, _ in samples], chunksize=64))
+    good = [s for s, keep in zip(samples, ok) if keep]
+    bad = [s[0] for s, keep in zip(samples, ok) if not keep]
+    return good, bad
+
+
+def split_samples(samples: Sequence[Sample], val_fraction: float, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
+    """A seeded split of one folder into train and val, per class (stratified); each class keeps at
+    least one training image, and a class of one image has none in val."""
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"val_fraction={val_fraction}: give a fraction between 0 and 1 (e.g. 0.2)")
+    by_class: dict[int, list[Sample]] = {}
+    for s in samples:
+        by_class.setdefault(s[1], []).append(s)
+    rng = random.Random(seed)
+    train: list[Sample] = []
+    val: list[Sample] = []
+    for label in sorted(by_class):
+        items = sorted(by_class[label])
+        rng.shuffle(items)
+        n_val = min(round(val_fraction * len(items)), len(items) - 1)
+        val += items[:n_val]
+        train += items[n_val:]
+    return train, val
+
+
+class ImageFolder(torch.utils.data.Dataset):
+    """Samples ``(path, label)`` -> (transformed image, label).
+
+    With an albumentations ``transform`` ending in ``ToTensorV2`` an item is a (3, H, W) float tensor
+    and an int label; without one, the (H, W, 3) uint8 array. ``classes`` names the labels.
+    """
+
+    def __init__(self, samples: Sequence[Sample], classes: Sequence[str],
+                 transform: Callable[..., dict[str, Any]] | None = None) -> None:
+        self.samples = list(samples)
+        self.classes = list(classes)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        path, label = self.samples[index]
+        image = load_image(path)
+        if self.transform is not None:
+            image = self.transform(image=image)["image"]
+        return image, label

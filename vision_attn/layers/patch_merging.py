@@ -1,0 +1,37 @@
+"""Patch merging (Swin): halve a map's resolution by concatenating each 2x2 neighbourhood."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vision_attn.layers.linear import linear
+
+
+class PatchMerging(nn.Module):
+    """(B, H, W, C) -> (B, ceil(H/2), ceil(W/2), out_dim), NHWC.
+
+    Each 2x2 neighbourhood is concatenated in the order (0,0), (1,0), (0,1), (1,1) as (row, column)
+    offsets, the order of the official code, timm and torchvision, then normalised over 4C and
+    projected by a linear layer without bias (4C -> 2C by default). An odd height or width is padded
+    with zeros at the bottom or right first. Keys ``norm`` and ``reduction``.
+    """
+
+    def __init__(self, dim: int, out_dim: int | None = None, norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
+        super().__init__()
+        self.dim = dim
+        self.out_dim = out_dim or 2 * dim
+        self.norm = norm_layer(4 * dim)
+        self.reduction = nn.Linear(4 * dim, self.out_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, H, W, C = x.shape
+        if H % 2 or W % 2:
+            x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
+            H, W = H + H % 2, W + W % 2
+        # (B, H/2, row offset, W/2, column offset, C) -> (B, H/2, W/2, column offset, row offset, C)
+        x = x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
+        return linear(self.norm(x), self.reduction)  # (B, H/2, W/2, out_dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, out_dim={self.out_dim}"

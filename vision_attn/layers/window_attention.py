@@ -1,0 +1,416 @@
+"""Window attention (Swin, Liu et al. 2021): self-attention inside non-overlapping windows with a
+learned relative position bias, and the region mask of shifted windows.
+
+Tokens travel as NHWC maps (B, H, W, C). :func:`window_partition` cuts a map into windows
+(B*nW, N, C) with N = wh*ww tokens each, :func:`window_reverse` puts them back. A Swin block does
+both, with the cyclic shift and the padding, as one gather each way (:func:`window_index`,
+:func:`gather_tokens`): on this project's CPU ``torch.roll`` of a (16, 56, 56, 96) map takes 30 ms,
+the gather 4 ms. :class:`ShiftedWindows` builds the gather order and the additive region mask
+(nW, N, N) once per map size and keeps them in plain dicts: nothing of it enters the state dict.
+
+:class:`WindowAttention` adds the relative position bias and the region mask into one additive mask
+for ``scaled_dot_product_attention``. With token-major windows (B, N, nW, C) the windows fold into
+the head dimension, q (B, nW*heads, N, d), as strided views of the qkv projection, so that the
+(nW*heads, N, N) mask broadcasts over the batch and nothing is copied per image. In training on the
+CPU the forward pass runs the fused kernel and the backward pass recomputes the softmax
+(:class:`_PackedBiasedAttention`): torch's own fallback for a broadcast mask that needs a gradient is
+very slow, and no (N, N) weights are kept between the passes.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vision_attn.errors import ConfigError
+from vision_attn.layers.attention import attend
+from vision_attn.layers.linear import linear
+from vision_attn.layers.patch_embed import to_2tuple
+
+__all__ = [
+    "window_partition", "window_reverse", "window_index", "gather_tokens", "relative_position_index", "region_mask",
+    "ShiftedWindows", "resample_relative_position_bias", "attend_packed", "WindowAttention",
+]
+
+MASK_VALUE = -100.0  # what the official code, timm and torchvision add between regions (not -inf)
+
+
+def _tracing() -> bool:
+    """Inside torch.compile, torch.export, jit tracing or ONNX export: build, do not cache."""
+    return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+            or torch.onnx.is_in_onnx_export())
+
+
+def _exporting() -> bool:
+    """Inside torch.export or ONNX export (either exporter)."""
+    return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
+
+
+def window_partition(x: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
+    """Map (B, H, W, C) -> windows (B*nW, wh*ww, C), row-major over windows; H, W multiples of the window."""
+    B, H, W, C = x.shape
+    wh, ww = window
+    x = x.view(B, H // wh, wh, W // ww, ww, C)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(B * (H // wh) * (W // ww), wh * ww, C)  # (B*nW, N, C)
+
+
+def window_reverse(windows: torch.Tensor, window: tuple[int, int], H: int, W: int) -> torch.Tensor:
+    """Windows (B*nW, wh*ww, C) -> map (B, H, W, C): the inverse of :func:`window_partition`."""
+    wh, ww = window
+    C = windows.shape[-1]
+    x = windows.view(-1, H // wh, W // ww, wh, ww, C)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, H, W, C)  # (B, H, W, C)
+
+
+def relative_position_index(window: tuple[int, int], device: torch.device | None = None) -> torch.Tensor:
+    """(N, N) index into the (2wh-1)*(2ww-1) bias table for each pair of tokens of a window:
+    (dy + wh - 1) * (2ww - 1) + (dx + ww - 1), with (dy, dx) the query's offset from the key."""
+    wh, ww = window
+    ys, xs = torch.meshgrid(torch.arange(wh, device=device), torch.arange(ww, device=device), indexing="ij")
+    ys, xs = ys.flatten(), xs.flatten()  # (N,)
+    dy = ys[:, None] - ys[None, :] + (wh - 1)  # (N, N) in [0, 2wh-2]
+    dx = xs[:, None] - xs[None, :] + (ww - 1)
+    return dy * (2 * ww - 1) + dx
+
+
+def region_mask(size: tuple[int, int], window: tuple[int, int], shift: tuple[int, int],
+                device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive mask (nW, N, N) for a map of ``size`` (a window multiple) rolled by ``-shift``: 0 between
+    tokens of the same region, -100 across regions.
+
+    Along each shifted dimension the map has three regions, split at ``size - window`` and
+    ``size - shift`` (the rows that wrapped around come last); a dimension with shift 0 is one region.
+    """
+    ids = []
+    for n, w, s in zip(size, window, shift):
+        i = torch.arange(n, device=device)
+        ids.append((i >= n - w).long() + (i >= n - s).long() if s else torch.zeros_like(i))  # (n,) in {0, 1, 2}
+    region = (ids[0][:, None] * 3 + ids[1][None, :])[None, :, :, None]  # (1, H, W, 1)
+    region = window_partition(region, window).squeeze(-1)  # (nW, N)
+    diff = region[:, :, None] != region[:, None, :]  # (nW, N, N)
+    return torch.zeros(diff.shape, device=device, dtype=dtype).masked_fill_(diff, MASK_VALUE)
+
+
+def window_index(size: tuple[int, int], window: tuple[int, int], shift: tuple[int, int] = (0, 0),
+                 roll_before_pad: bool = True, token_major: bool = False,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """For a map of ``size`` (H, W) padded to a window multiple (Hp, Wp): the flat index into the
+    padded map (Hp*Wp,) of each token in window order (the order of :func:`window_partition`), with
+    the cyclic shift by ``-shift`` folded in. Gathering the padded map by it gives the windows of the
+    shifted map in one copy; gathering the windows by its inverse puts them back.
+
+    ``roll_before_pad``: the map is rolled over (H, W) and then padded (timm's order), else padded
+    and then rolled over (Hp, Wp) (torchvision's). Padding tokens stay where they are in the first case.
+    ``token_major``: order (token in window, window) instead, the layout (B, N, nW, C) that
+    :class:`WindowAttention` takes without copies.
+    """
+    H, W = size
+    (wh, ww), (sy, sx) = window, shift
+    Hp, Wp = H + (wh - H % wh) % wh, W + (ww - W % ww) % ww
+    ys = torch.arange(Hp, device=device).view(Hp // wh, 1, wh, 1)  # (nWy, 1, wh, 1): row of each token
+    xs = torch.arange(Wp, device=device).view(1, Wp // ww, 1, ww)  # (1, nWx, 1, ww)
+    if roll_before_pad:
+        src = ((ys + sy) % H) * Wp + (xs + sx) % W
+        src = torch.where((ys < H) & (xs < W), src, ys * Wp + xs)  # padding stays padding
+    else:
+        src = ((ys + sy) % Hp) * Wp + (xs + sx) % Wp
+    src = src.reshape(-1, wh * ww)  # (nW, N): (window row, window column) x (row, column in the window)
+    return (src.T if token_major else src).flatten()  # (Hp*Wp,)
+
+
+class _GatherTokens(torch.autograd.Function):
+    """``x.index_select(1, index)`` for a permutation ``index``, whose gradient is the gather by
+    ``inverse`` (a copy, where the generic gradient of index_select zero-fills and scatter-adds)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.inverse = inverse
+        return x.index_select(1, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad.index_select(1, ctx.inverse), None, None
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    """Tokens (B, L, C) reordered by the permutation ``index`` (L,); ``inverse`` undoes it."""
+    if _tracing() or not (torch.is_grad_enabled() and x.requires_grad):
+        return x.index_select(1, index)
+    return _GatherTokens.apply(x, index, inverse)
+
+
+class ShiftedWindows:
+    """What a stage needs to cut its maps into (shifted) windows, built once per map size and cached
+    in plain dicts (not buffers: never saved, never moved by ``.to``); shared by a stage's blocks.
+
+    :meth:`index` gives the gather order of :func:`window_index` and its inverse; :meth:`mask` the
+    region mask (nW, N, N) of :func:`region_mask`. While a model is compiled, traced or exported they
+    are built in the graph instead.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, object] = {}
+
+    def _get(self, key: tuple, build):
+        if _tracing():
+            return build()
+        if key not in self._cache:
+            with torch.inference_mode(False):  # cached for later passes, which may record gradients
+                self._cache[key] = build()
+        return self._cache[key]
+
+    def index(self, size: tuple[int, int], window: tuple[int, int], shift: tuple[int, int], roll_before_pad: bool,
+              token_major: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(index, inverse), each (Hp*Wp,): padded map -> windows and back (see :func:`window_index`)."""
+        def build():
+            index = window_index(size, window, shift, roll_before_pad, token_major, device)
+            return index, torch.argsort(index)
+        key = ("index", tuple(size), tuple(window), tuple(shift), roll_before_pad, token_major, device)
+        return self._get(key, build)
+
+    def mask(self, padded: tuple[int, int], window: tuple[int, int], shift: tuple[int, int],
+             device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The region mask (nW, N, N) of a map padded to ``padded``."""
+        return self._get(("mask", tuple(padded), tuple(window), tuple(shift), device, dtype),
+                         lambda: region_mask(padded, window, shift, device, dtype))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+
+def _interp_matrix(src: int, dst: int) -> torch.Tensor:
+    """(dst, src) linear interpolation matrix from ``src`` geometrically spaced offsets to ``dst``
+    evenly spaced ones (BEiT's rule for relative position tables, which timm applies to Swin).
+
+    Source offsets are 0, ±1, ±(1+q), ±(1+q+q²), ...: the ratio q (bisected in [1.01, 1.5]) makes the
+    outermost offset reach ``dst // 2``, so a table grows without its centre being stretched.
+    """
+    if src == 1:  # a 1-wide window has one offset: every target takes its value
+        return torch.ones(dst, 1, dtype=torch.float64)
+    lo, hi = 1.01, 1.5
+    while hi - lo > 1e-6:
+        q = (lo + hi) / 2
+        if (1 - q ** (src // 2)) / (1 - q) > dst // 2:
+            hi = q
+        else:
+            lo = q
+    pos, cur = [], 1.0
+    for i in range(src // 2):
+        pos.append(cur)
+        cur += q ** (i + 1)
+    coords = torch.tensor([-p for p in reversed(pos)] + [0.0] + pos, dtype=torch.float64)  # (src,)
+    target = torch.arange(-(dst // 2), dst // 2 + 1, dtype=torch.float64)  # (dst,)
+    j = torch.searchsorted(coords, target).clamp(1, src - 1)  # right neighbour
+    t = ((target - coords[j - 1]) / (coords[j] - coords[j - 1])).clamp(0, 1)  # beyond the ends: the end value
+    m = torch.zeros(dst, src, dtype=torch.float64)
+    rows = torch.arange(dst)
+    m[rows, j - 1] = 1 - t
+    m[rows, j] += t
+    return m
+
+
+def resample_relative_position_bias(table: torch.Tensor, new_window: tuple[int, int],
+                                    old_window: tuple[int, int] | None = None) -> torch.Tensor:
+    """Resample a bias table ((2wh-1)*(2ww-1), heads) to ``new_window``.
+
+    The old window is taken as square from the table's length unless given. Each axis is interpolated
+    linearly from geometrically spaced source offsets (BEiT's rule, the one timm uses when it loads a
+    Swin checkpoint into another window size), so tables resampled here equal timm's.
+    """
+    new_window = to_2tuple(new_window)
+    if old_window is None:
+        side = round(((table.shape[0]) ** 0.5 + 1) / 2)
+        if (2 * side - 1) ** 2 != table.shape[0]:
+            raise ConfigError(f"cannot infer the window of a relative position table of {table.shape[0]} rows: pass old_window")
+        old_window = (side, side)
+    src = (2 * old_window[0] - 1, 2 * old_window[1] - 1)
+    dst = (2 * new_window[0] - 1, 2 * new_window[1] - 1)
+    if src == dst:
+        return table
+    if table.is_meta:
+        return table.new_empty(dst[0] * dst[1], table.shape[1])
+    heads = table.shape[1]
+    grid = table.detach().double().cpu().T.reshape(heads, *src)  # (heads, 2wh-1, 2ww-1)
+    my, mx = _interp_matrix(src[0], dst[0]), _interp_matrix(src[1], dst[1])
+    out = my @ grid @ mx.T  # (heads, dst_h, dst_w)
+    return out.reshape(heads, -1).T.to(table.dtype).to(table.device).contiguous()  # (dst_h*dst_w, heads)
+
+
+# ------------------------------------------------------------------------------------------------
+def _split(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Packed (B, N, G, 3, d) -> q, k, v as strided views (B, G, N, d)."""
+    return tuple(t.transpose(1, 2) for t in qkv.unbind(3))
+
+
+class _PackedBiasedAttention(torch.autograd.Function):
+    """softmax(q kᵀ/√d + mask) v on the CPU for packed qkv (B, N, G, 3, d) and an additive mask
+    (1 or B, G, N, N) that needs a gradient; returns (B, N, G, d).
+
+    Forward: the fused flash kernel on strided views. Backward: the weights P recomputed from q, k
+    and the mask (no (N, N) weights kept between the passes), dS = P ∘ (dO vᵀ − rowsum(dO ∘ O));
+    the gradient of qkv is written in its packed layout at once, the mask's is dS summed over the
+    batch when it broadcasts.
+    """
+
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = _split(qkv)
+        out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask)
+        out = out.transpose(1, 2)  # (B, N, G, d): the kernel's own memory layout
+        ctx.save_for_backward(qkv, mask, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: torch.Tensor):
+        qkv, mask, out = ctx.saved_tensors
+        dtype, scale = qkv.dtype, qkv.shape[-1] ** -0.5
+        dqkv = torch.empty_like(qkv)  # (B, N, G, 3, d): each gradient is written into its slot, then freed
+        row = (dout.float() * out.float()).sum(-1).transpose(1, 2).unsqueeze(-1)  # rowsum(dO ∘ O), (B, G, N, 1)
+        dout = dout.transpose(1, 2).contiguous()  # (B, G, N, d)
+        qs, k, v = (t.contiguous() for t in _split(qkv))  # (B, G, N, d)
+        qs.mul_(scale)  # q / sqrt(d)
+        # the softmax weights, recomputed (torch's fused softmax beats exp(s - lse) with the saved lse)
+        p = torch.softmax(torch.matmul(qs, k.transpose(-2, -1)).float().add_(mask), dim=-1)  # (B, G, N, N)
+        dqkv[..., 2, :].copy_(torch.matmul(p.to(dtype).transpose(-2, -1), dout).transpose(1, 2))  # dv
+        ds = torch.matmul(dout, v.transpose(-2, -1)).float().sub_(row).mul_(p)  # dS, (B, G, N, N)
+        del p, v, dout
+        dsd = ds.to(dtype)
+        dqkv[..., 0, :].copy_(torch.matmul(dsd, k).mul_(scale).transpose(1, 2))  # dq
+        del k
+        dqkv[..., 1, :].copy_(torch.matmul(dsd.transpose(-2, -1), qs).transpose(1, 2))  # dk
+        del qs, dsd
+        dmask = ds.sum_to_size(mask.shape).to(mask.dtype) if ctx.needs_input_grad[1] else None
+        return dqkv, dmask
+
+
+def attend_packed(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0,
+                  keep_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q kᵀ/√d + mask) v for q, k, v packed as (B, N, G, 3, d) (G groups: windows x heads)
+    and an additive ``mask`` broadcasting to (B, G, N, N) that may need a gradient, as a learned
+    position bias does. Returns the output (B, N, G, d) and, with ``keep_weights``, the weights
+    (B, G, N, N).
+
+    On the CPU in training the fused kernel with a recomputing backward (:class:`_PackedBiasedAttention`);
+    torch's own fallback for a broadcast mask that needs a gradient is very slow. Exporters get the
+    explicit product: the TorchScript ONNX exporter mis-broadcasts a fused call's mask, and
+    torch.export's decomposition changes the fused output's strides under a later view.
+    """
+    q, k, v = _split(qkv)
+    if _exporting():
+        attn = (torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1)) + mask).softmax(dim=-1)  # (B, G, N, N)
+        return torch.matmul(F.dropout(attn, dropout_p) if dropout_p else attn, v).transpose(1, 2), None
+    needs_grad = torch.is_grad_enabled() and (qkv.requires_grad or mask.requires_grad)
+    if needs_grad and not keep_weights:
+        if (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dtype in (torch.float32, torch.bfloat16)
+                and not _tracing() and not isinstance(qkv, torch._subclasses.FakeTensor)):
+            return _PackedBiasedAttention.apply(qkv, mask), None
+        if mask.requires_grad:  # a full-size mask: the fused kernels differentiate it without a broadcast reduction
+            mask = mask.expand(q.shape[0], -1, -1, -1)
+    out, weights = attend(q, k, v, mask, dropout_p, keep_weights)  # (B, G, N, d)
+    return out.transpose(1, 2), weights
+
+
+class _Affine(NamedTuple):
+    """A weight and bias in the place of an ``nn.Linear`` for :func:`~vision_attn.layers.linear.linear`."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self-attention inside windows, with a learned relative position bias.
+
+    Takes windows (B*nW, N, C) with N = wh*ww tokens each, or the same tokens token-major,
+    (B, N, nW, C), and an optional region mask (nW, N, N) (shifted windows); returns the layout it
+    was given. Keys ``qkv``, ``proj`` and ``relative_position_bias_table`` ((2wh-1)*(2ww-1), heads)
+    match timm's and the official layout. The pair index into the table is computed (and cached per
+    device), not stored: no buffers.
+
+    Token-major windows cost no copy between the projections and the attention kernel: the rows of
+    the qkv weight are taken in (head, q/k/v, channel) order, so q, k and v of all windows and heads
+    are strided views (B, nW*heads, N, d) of the projection's output, the layout in which the bias
+    and region mask (nW*heads, N, N) broadcast over the batch; the kernel's output is already the
+    (B, N, nW, C) the output projection takes.
+    """
+
+    keep_weights: bool
+    weights: torch.Tensor | None
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        window_size: int | tuple[int, int] = 7,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ConfigError(f"dim {dim} is not divisible by num_heads {num_heads}")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.window_size = to_2tuple(window_size)
+        wh, ww = self.window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.keep_weights = False
+        self.weights = None
+        self._index: dict[torch.device, torch.Tensor] = {}
+
+    def relative_position_bias(self) -> torch.Tensor:
+        """The bias (heads, N, N) gathered from the table."""
+        device = self.relative_position_bias_table.device
+        index = self._index.get(device)
+        if index is None:
+            with torch.inference_mode(False):  # cached: usable by later passes that record gradients
+                index = relative_position_index(self.window_size, device).flatten()  # (N*N,)
+            if not _tracing():
+                self._index[device] = index
+        n = self.window_size[0] * self.window_size[1]
+        bias = self.relative_position_bias_table[index]  # (N*N, heads)
+        # contiguous: the GPU's fused kernels take a mask only with unit stride along its last dimension
+        return bias.view(n, n, self.num_heads).permute(2, 0, 1).contiguous()  # (heads, N, N)
+
+    def _qkv_by_head(self) -> _Affine:
+        """The qkv projection with its output rows reordered from (q/k/v, head, d) to (head, q/k/v, d)."""
+        h, d, C = self.num_heads, self.head_dim, self.dim
+        w = self.qkv.weight.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
+        b = self.qkv.bias
+        return _Affine(w, b.view(3, h, d).transpose(0, 1).reshape(3 * C) if b is not None else None)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() == 3:  # windows (B*nW, N, C): as token-major windows, one window per row if unmasked
+            Bw, N, C = x.shape
+            if mask is None:
+                return self.forward(x.view(Bw, N, 1, C)).view(Bw, N, C)
+            nW = mask.shape[0]
+            out = self.forward(x.view(Bw // nW, nW, N, C).transpose(1, 2), mask)  # (B, N, nW, C)
+            return out.transpose(1, 2).reshape(Bw, N, C)
+        B, N, nW, C = x.shape
+        h, d = self.num_heads, self.head_dim
+        qkv = linear(x, self._qkv_by_head()).view(B, N, nW * h, 3, d)  # packed: no copy to split heads
+        bias = self.relative_position_bias().to(qkv.dtype)  # (heads, N, N)
+        if mask is None:
+            full = bias.expand(nW, h, N, N) if nW > 1 else bias.unsqueeze(0)
+        else:
+            full = mask.to(qkv.dtype).unsqueeze(1) + bias  # bias and region mask in one, (nW, heads, N, N)
+        full = full.reshape(1, nW * h, N, N)  # broadcasts over the batch
+        dropout_p = self.attn_drop if self.training else 0.0
+        out, weights = attend_packed(qkv, full, dropout_p, self.keep_weights)  # (B, N, nW*heads, d)
+        self.weights = weights.view(B * nW, h, N, N) if weights is not None else None
+        x = out.reshape(B, N, nW, C)  # a view of the fused kernel's output
+        return self.proj_drop(linear(x, self.proj))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"

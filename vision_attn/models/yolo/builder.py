@@ -1,0 +1,216 @@
+"""Building a detector from a checked YAML: channel inference, scales, repeats, the probe forward.
+
+Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
+``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
+``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
+inputs' channels; attention rows take the channels of their input. At scales m, l and x, C3k2's
+``c3k`` flag is forced on. Detect's class branch is the YOLOv8 form unless the YAML has a C3k2 row.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from vision_attn.errors import ConfigError
+from vision_attn.models.yolo.blocks import Conv
+from vision_attn.models.yolo.detect import Detect
+from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
+from vision_attn.models.yolo.schema import MAX_CHANNELS, DetectorSpec, Row, parse_spec
+
+__all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "make_divisible"]
+
+PROBE_SIZE = 256
+"""Side of the zero image whose forward finds Detect's strides."""
+
+
+def make_divisible(x: float, divisor: int = 8) -> int:
+    """The smallest multiple of ``divisor`` >= x."""
+    return int(math.ceil(x / divisor) * divisor)
+
+
+class LayerInfo(dict):
+    """One built row: index, from, repeats (after scaling), module, arguments, params, channels."""
+
+
+class DetectionModel(nn.Module):
+    """The rows of a YAML as ``model.0 ... model.N`` (ultralytics' state-dict keys).
+
+    (B, 3, H, W) -> Detect's output: in training a list of (B, 4*reg_max + nc, H/s, W/s) maps, in
+    eval (B, 4 + nc, A) decoded boxes and class probabilities. H and W must be multiples of the
+    largest stride (32 for the shipped YAMLs).
+    """
+
+    def __init__(self, layers: list[nn.Module], inputs: list[tuple[int, ...]], multi: list[bool],
+                 info: list[LayerInfo], spec: DetectorSpec) -> None:
+        super().__init__()
+        self.model = nn.ModuleList(layers)
+        self.inputs = inputs
+        self.multi = multi
+        self.info = info
+        self.nc = spec.nc
+        self.scale = spec.scale
+        self.yaml = spec.raw
+        self.source = spec.source
+        self.stride: list[float] = []
+        self.in_channels = 3
+
+    def forward_rows(self, x: torch.Tensor, upto: int | None = None) -> list[Any]:
+        """Run rows 0..upto-1 (all by default) and return every row's output."""
+        outputs: list[Any] = []
+        n = len(self.model) if upto is None else upto
+        for i in range(n):
+            ins = [x if j == -1 else outputs[j] for j in self.inputs[i]]
+            outputs.append(self.model[i](ins if self.multi[i] else ins[0]))
+        return outputs
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.forward_rows(x)[-1]
+
+
+def _substitute(value: Any, spec: DetectorSpec) -> Any:
+    """Replace the schema's names (``nc``) and the words None/True/False written as strings."""
+    if isinstance(value, list):
+        return [_substitute(v, spec) for v in value]
+    if isinstance(value, str):
+        if value == "nc":
+            return spec.nc
+        if value in ("None", "True", "False"):
+            return {"None": None, "True": True, "False": False}[value]
+    return value
+
+
+def _attention_kwargs(row: Row, args: list[Any], label: str) -> dict[str, Any]:
+    """An attention row's arguments: [] or one mapping of keywords; for CBAM also ultralytics'
+    ``[channels]`` / ``[channels, kernel_size]`` (the channel count is then taken from the input)."""
+    if not args:
+        return {}
+    if len(args) == 1 and isinstance(args[0], dict):
+        return dict(args[0])
+    if row.module == "CBAM" and len(args) <= 2 and all(isinstance(a, int) for a in args):
+        return {"kernel_size": args[1]} if len(args) == 2 else {}
+    raise ConfigError(f"{label}: row {row.index} field 'args': {args!r}: an attention row takes its channels from "
+                      f"its input; give [] or one mapping of keywords, e.g. [{{reduction: 8}}]")
+
+
+def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
+    try:
+        return factory(*args, **kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{label}: row {row.index} ({row.module}): {e}") from None
+    except (TypeError, ValueError, RuntimeError, AssertionError, ZeroDivisionError, IndexError) as e:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} with arguments {args!r} "
+                          f"{kwargs or ''} cannot be built ({e}); check the row's arguments") from None
+
+
+def _set_activation(model: nn.Module, name: str) -> None:
+    """Give every Conv that has SiLU the YAML's activation instead."""
+    factory = ACTIVATIONS[name]
+    for m in model.modules():
+        if isinstance(m, Conv) and isinstance(m.act, nn.SiLU):
+            m.act = factory()
+
+
+def build_from_spec(spec: DetectorSpec) -> DetectionModel:
+    """Build the model of a checked spec (on the current default device) and probe its strides."""
+    label = spec.source
+    channels: list[int] = []
+    layers: list[nn.Module] = []
+    inputs: list[tuple[int, ...]] = []
+    multi: list[bool] = []
+    info: list[LayerInfo] = []
+    legacy = not any(r.module == "C3k2" for r in spec.rows)
+    image_channels = int(spec.raw.get("channels", spec.raw.get("ch", 3)))
+    for row in spec.rows:
+        spec_m = MODULES[row.module]
+        ch_in = [image_channels if j == -1 else channels[j] for j in row.inputs]
+        args = _substitute(row.args, spec)
+        n = max(round(row.repeats * spec.depth), 1) if row.repeats > 1 else row.repeats
+        kwargs: dict[str, Any] = {}
+        c1 = ch_in[0]
+        scaled_repeats = n
+        if spec_m.kind == "conv":
+            if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or args[0] < 1:
+                raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} needs its output channel "
+                                  f"count first, e.g. [256], got {row.args!r}")
+            if args[0] > MAX_CHANNELS:
+                raise ConfigError(f"{label}: row {row.index} field 'args': {args[0]} output channels is more than "
+                                  f"{MAX_CHANNELS}; check the row")
+            c2 = make_divisible(min(args[0], spec.max_channels) * spec.width, 8)
+            args = [c1, c2, *args[1:]]
+            if spec_m.repeat:
+                args.insert(2, n)
+                n = 1
+            if row.module == "C3k2" and spec.scale in ("m", "l", "x"):
+                args[3:4] = [True]
+            if row.module == "SPPF" and len(args) > 3:  # [c, k, n, ...]: YOLO26's SPPF, cv1 without SiLU
+                kwargs = {"cv1_act": False}
+        elif spec_m.kind == "concat":
+            c2 = sum(ch_in)
+        elif spec_m.kind == "detect":
+            if not args or not isinstance(args[0], int):
+                raise ConfigError(f"{label}: row {row.index} field 'args': Detect needs [nc], got {row.args!r}")
+            reg_max = args[1] if len(args) > 1 and isinstance(args[1], int) else 16
+            args = [args[0], reg_max, ch_in]
+            kwargs = {"legacy": legacy}
+            c2 = 0
+        elif spec_m.kind == "attention":
+            kwargs = _attention_kwargs(row, args, label)
+            args = [c1]
+            c2 = c1
+        else:
+            c2 = c1
+        modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
+        layer = modules[0] if n == 1 else nn.Sequential(*modules)
+        layers.append(layer)
+        inputs.append(row.inputs)
+        multi.append(spec_m.kind in ("concat", "detect"))
+        channels.append(c2)
+        info.append(LayerInfo(index=row.index, from_=row.from_, repeats=scaled_repeats, module=row.module,
+                              args=[list(a) if isinstance(a, list) else a for a in args], kwargs=kwargs,
+                              params=sum(p.numel() for p in layer.parameters()), channels=c2, section=row.section))
+    model = DetectionModel(layers, inputs, multi, info, spec)
+    model.in_channels = image_channels
+    if spec.activation is not None:
+        _set_activation(model, spec.activation)
+    _probe_strides(model, label)
+    return model
+
+
+def _probe_strides(model: DetectionModel, label: str) -> None:
+    """Find Detect's strides from the map sizes of a zero image's forward (inputs of the last row)."""
+    head = model.model[-1]
+    if not isinstance(head, Detect):
+        return
+    first = next(model.parameters())
+    x = torch.zeros(1, model.in_channels, PROBE_SIZE, PROBE_SIZE, device=first.device, dtype=first.dtype)
+    was_training = model.training
+    model.eval()  # batch-norm statistics stay untouched
+    try:
+        with torch.no_grad():
+            outs = model.forward_rows(x, upto=len(model.model) - 1)
+    except RuntimeError as e:
+        raise ConfigError(f"{label}: the rows do not fit together ({' '.join(str(e).split())[:300]}); check "
+                          "the 'from' indices and channel counts") from None
+    finally:
+        model.train(was_training)
+    strides = [PROBE_SIZE / outs[j].shape[-2] for j in model.inputs[-1]]
+    head.stride.copy_(torch.tensor(strides, device=head.stride.device))
+    model.stride = strides
+    if first.device.type != "meta":
+        head.init_biases(strides)
+
+
+def build_detector(yaml: str | Path | Mapping[str, Any], *, scale: str | None = None,
+                   num_classes: int | None = None) -> DetectionModel:
+    """A detector from a YAML in the ultralytics schema (a path, YAML text or a dict).
+
+    ``scale``: a letter of the file's ``scales`` (default: the letter in the file name, e.g.
+    ``yolov8n.yaml``, else the first); ``num_classes`` overrides ``nc``. Nothing in the YAML is run:
+    it is read with ``yaml.safe_load`` and module names come from an allow-list. Build on the meta
+    device (``with torch.device("meta"):``) to count parameters and FLOPs without memory.
+    """
+    return build_from_spec(parse_spec(yaml, scale=scale, num_classes=num_classes))

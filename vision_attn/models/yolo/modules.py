@@ -1,0 +1,81 @@
+"""The allow-list of module names a detector YAML may use, and how each row's channels are inferred.
+
+A name is looked up here and nowhere else (never in a module's globals), so a YAML can only build
+these classes. Kinds:
+
+- ``conv``: the first argument is the output channel count, scaled by width and capped; the module
+  receives ``[c_in, c_out, *rest]``. ``repeat`` modules also receive the row's repeats as their third
+  argument (and the row itself is built once).
+- ``concat``: output channels are the sum of the inputs'.
+- ``detect``: receives ``[nc, reg_max, [input channels]]``.
+- ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
+  (``[-1, 1, CBAM, []]``); output channels = input channels.
+- ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite, UltralyticsCBAM
+from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat, Conv, DWConv
+from vision_attn.models.yolo.detect import Detect
+from vision_attn.models.yolo.psa import C2PSA
+from vision_attn.models.yolo.transformer import MapTransformer
+
+__all__ = ["ModuleSpec", "MODULES", "ATTENTION_ROWS", "ACTIVATIONS"]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """How the builder treats one allowed module name."""
+
+    factory: Callable[..., nn.Module]
+    kind: str  # conv | concat | detect | attention | plain
+    repeat: bool = False  # the row's repeats go into the module (third argument)
+
+
+MODULES: dict[str, ModuleSpec] = {
+    "Conv": ModuleSpec(Conv, "conv"),
+    "DWConv": ModuleSpec(DWConv, "conv"),
+    "Bottleneck": ModuleSpec(Bottleneck, "conv"),
+    "C2f": ModuleSpec(C2f, "conv", repeat=True),
+    "C3": ModuleSpec(C3, "conv", repeat=True),
+    "C3k": ModuleSpec(C3k, "conv", repeat=True),
+    "C3k2": ModuleSpec(C3k2, "conv", repeat=True),
+    "C2PSA": ModuleSpec(C2PSA, "conv", repeat=True),
+    "SPP": ModuleSpec(SPP, "conv"),
+    "SPPF": ModuleSpec(SPPF, "conv"),
+    "Concat": ModuleSpec(Concat, "concat"),
+    "Detect": ModuleSpec(Detect, "detect"),
+    "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
+    "Upsample": ModuleSpec(nn.Upsample, "plain"),
+    # attention plug-ins: channels come from the input
+    "CBAM": ModuleSpec(UltralyticsCBAM, "attention"),  # ultralytics' form, so its YAMLs port unchanged
+    "CBAMPaper": ModuleSpec(CBAM, "attention"),  # the paper's CBAM (MLP with reduction, avg + max pooling)
+    "SE": ModuleSpec(SqueezeExcite, "attention"),
+    "ECA": ModuleSpec(ECA, "attention"),
+    "CoordAtt": ModuleSpec(CoordAttention, "attention"),
+    "TransformerBlock": ModuleSpec(MapTransformer, "attention"),  # ViT blocks over the flattened map
+}
+"""Module name in a YAML row -> :class:`ModuleSpec`."""
+
+ATTENTION_ROWS = tuple(k for k, v in MODULES.items() if v.kind == "attention")
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "nn.SiLU()": nn.SiLU,
+    "nn.ReLU()": nn.ReLU,
+    "nn.ReLU6()": nn.ReLU6,
+    "nn.GELU()": nn.GELU,
+    "nn.Hardswish()": nn.Hardswish,
+    "nn.Mish()": nn.Mish,
+    "nn.ELU()": nn.ELU,
+    "nn.SELU()": nn.SELU,
+    "nn.Identity()": nn.Identity,
+    "nn.LeakyReLU()": nn.LeakyReLU,
+    "nn.LeakyReLU(0.1)": lambda: nn.LeakyReLU(0.1),
+}
+"""The ``activation:`` strings a YAML may give (ultralytics spells them as constructor calls; they are
+matched as text, never run). Also accepted without ``nn.`` and ``()``, e.g. ``ReLU``."""

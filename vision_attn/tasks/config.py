@@ -1,0 +1,164 @@
+"""The training configuration: a YAML file plus ``--section.key value`` overrides (jsonargparse).
+
+Sections follow LightningCLI: ``model`` (:class:`ClassificationModule`'s arguments), ``data``
+(:class:`ClassificationDataModule`'s), ``trainer`` (``pytorch_lightning.Trainer``'s, passed through:
+``devices``, ``strategy``, ``num_nodes``, ``precision``, ``gradient_clip_val``, ...), and top-level
+``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``. A key that is not known
+is a :class:`ConfigError` naming the closest known key; so is a value of the wrong type.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from argparse import Namespace as _ArgNamespace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from vision_attn.errors import ConfigError
+
+__all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "PRINT_CONFIG_FLAGS"]
+
+PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
+TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins"}
+TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_steps": 10,
+                    "enable_model_summary": False}
+
+
+def build_train_parser():
+    """The jsonargparse parser of ``vision-attn train cls``."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+    from pytorch_lightning import Trainer
+
+    from vision_attn.tasks.classification import ClassificationModule
+    from vision_attn.tasks.datamodule import ClassificationDataModule
+
+    parser = ArgumentParser(
+        prog="vision-attn train cls", exit_on_error=False, default_env=False, allow_abbrev=False,
+        description="Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg). "
+                    "Give a YAML config and override any key with --section.key value.")
+    parser.add_argument("--config", action=ActionConfigFile, help="a YAML config (configs/classify/NAME.yaml)")
+    parser.add_argument("--name", type=str | None, default=None,
+                        help="run name: the run is written to RUNS_DIR/NAME (default: the config file's name)")
+    parser.add_argument("--runs_dir", type=str, default="runs", help="folder of the runs")
+    parser.add_argument("--seed", type=int, default=0, help="global seed (weights, shuffling, augmentation)")
+    parser.add_argument("--resume", type=bool, default=False,
+                        help="continue runs/NAME from its last.ckpt (optimizer, scheduler, EMA and epoch restored)")
+    parser.add_argument("--ckpt_path", type=str | None, default=None,
+                        help="continue from this checkpoint instead (a .ckpt of a run)")
+    parser.add_argument("--overwrite", type=bool, default=False, help="replace an existing run folder NAME")
+    parser.add_argument("--threads", type=int | None, default=None,
+                        help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
+                             "plus a data worker can beat 2 threads")
+    parser.add_class_arguments(ClassificationModule, "model", skip={"num_classes", "img_size", "class_names"})
+    parser.add_class_arguments(ClassificationDataModule, "data")
+    parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP)
+    parser.set_defaults({f"trainer.{k}": v for k, v in TRAINER_DEFAULTS.items()})
+    return parser
+
+
+def config_keys(parser) -> list[str]:
+    """Every dotted key the parser knows (``model.lr``, ``trainer.max_epochs``, ...)."""
+    keys = []
+    for action in parser._actions:
+        dest = getattr(action, "dest", None)
+        if dest and dest not in ("help", "config", "print_config") and not dest.startswith("_"):
+            keys.append(dest)
+    return sorted(set(keys))
+
+
+def _closest(key: str, keys: Sequence[str]) -> str:
+    key = key.lstrip("-").replace("-", "_")
+    section = key.rsplit(".", 1)[0] if "." in key else ""
+    pool = [k for k in keys if k.startswith(section + ".")] if section else list(keys)
+    close = difflib.get_close_matches(key, pool or keys, n=1, cutoff=0.6)
+    if not close:  # compare the last part only: 'trainer.max_epoch' -> 'trainer.max_epochs'
+        tails = {k.rsplit(".", 1)[-1]: k for k in pool or keys}
+        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], tails, n=1, cutoff=0.75)
+        close = [tails[hit[0]]] if hit else []
+    return f"did you mean {close[0]}?" if close else "run `vision-attn train cls --help` for the keys"
+
+
+def _config_error(e: Exception, keys: Sequence[str]) -> ConfigError:
+    text = " ".join(str(e).split())
+    m = re.search(r"unrecognized arguments: (--?[\w.\-]+)", text)
+    if m:
+        return ConfigError(f"unknown option {m.group(1)}: {_closest(m.group(1), keys)}")
+    m = re.search(r"Group '([\w.]+)' does not accept nested key '([\w.\-]+)'", text) or \
+        re.search(r"Group '([\w.]+)' does not accept option '([\w.\-]+)'", text)
+    if m:
+        key = f"{m.group(1)}.{m.group(2)}"
+        return ConfigError(f"unknown config key {key!r}: {_closest(key, keys)}")
+    m = re.search(r"Key '([\w.\-]+)' is not expected", text) or re.search(r"Option '([\w.\-]+)' is not accepted", text) or re.search(r"No action for (?:destination )?key \"?'?([\w.\-]+)", text)
+    if m:
+        return ConfigError(f"unknown config key {m.group(1)!r}: {_closest(m.group(1), keys)}")
+    m = re.search(r"Parser key \"([\w.]+)\": (.*)", text)
+    if m:
+        return ConfigError(f"config key {m.group(1)!r}: {m.group(2)}")
+    return ConfigError(f"training configuration: {text}")
+
+
+_BOOL_FLAGS = ("--resume", "--overwrite")
+_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config"}
+
+
+def _normalise(argv: Sequence[str]) -> list[str]:
+    """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        head, eq, value = a.partition("=")
+        a = _DASHED.get(head, head) + eq + value
+        out.append(a)
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if a in _BOOL_FLAGS and (nxt is None or nxt.startswith("--")):
+            out.append("true")
+    return out
+
+
+def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None):
+    """A validated configuration (a jsonargparse Namespace) from command-line arguments, or from a
+    nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults."""
+    parser = build_train_parser()
+    keys = config_keys(parser)
+    try:
+        if isinstance(args, Mapping):
+            cfg = parser.parse_object(dict(args))
+        else:
+            cfg = parser.parse_args(_normalise(list(args or [])))
+    except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
+        if isinstance(e, SystemExit) and not e.code:
+            raise
+        raise _config_error(e, keys) from None
+    if cfg.get("name") is None:
+        configs = cfg.get("config") or []
+        cfg.name = Path(str(configs[-1])).stem if configs else "cls"
+    if not re.fullmatch(r"[\w.\-]+", cfg.name):
+        raise ConfigError(f"name={cfg.name!r}: use letters, digits, '_', '-' and '.' (it names the run folder)")
+    return cfg
+
+
+RUN_FLAGS = {"resume": False, "ckpt_path": None, "overwrite": False}  # how one invocation starts, not the run
+
+
+def dump_config(cfg, *, run_flags: bool = True) -> str:
+    """The full configuration as YAML: what ``--print-config`` prints and, with ``run_flags=False``
+    (``resume``, ``ckpt_path`` and ``overwrite`` back at their defaults), what a run saves as config.yaml."""
+    parser = build_train_parser()
+    cfg = _strip(cfg)
+    if not run_flags:
+        for key, value in RUN_FLAGS.items():
+            cfg[key] = value
+    return parser.dump(cfg)
+
+
+def _strip(cfg):
+    cfg = cfg.clone()
+    for key in ("config", "__path__"):
+        if key in cfg:
+            del cfg[key]
+    return cfg
+
+
+def to_dict(cfg) -> dict[str, Any]:
+    """A plain nested dict of a configuration."""
+    d = _strip(cfg).as_dict()
+    return {k: (dict(v) if isinstance(v, (_ArgNamespace, dict)) else v) for k, v in d.items()}

@@ -1,0 +1,162 @@
+"""The classification LightningDataModule: a data root -> train and val DataLoaders.
+
+Batches are ``(images (B, 3, H, W) float32, labels (B,) int64)``. Workers are seeded
+(:func:`~vision_attn.data.seed_worker`), persistent and pinned when asked; under DDP Lightning puts a
+``DistributedSampler`` in front of each loader, so every process reads its own share.
+"""
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from vision_attn.data import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ClassificationSplits,
+    ImageFolder,
+    eval_transforms,
+    is_demo,
+    load_splits,
+    materialise,
+    seed_worker,
+    train_transforms,
+)
+from vision_attn.errors import ConfigError
+
+__all__ = ["ClassificationDataModule"]
+
+
+class ClassificationDataModule(pl.LightningDataModule):
+    """Image folders for classification.
+
+    Args:
+        root: ``ROOT/train`` + ``ROOT/val`` class folders, one folder of class folders (split by
+            ``val_fraction``), or a built-in data set (``demo:digits``, ``demo:faces``).
+        img_size: side of the square images the model sees.
+        batch_size: images per device and step (training); ``eval_batch_size``: for validation
+            (default: twice ``batch_size``).
+        val_fraction: share of each class held out for validation when there is no ``val/``.
+        split_seed: seed of that split.
+        skip_bad_images: check every image once before training and skip those that do not decode
+            (their count is reported); otherwise the first unreadable image stops training with its path.
+        scale: area range of the random resized crop; ratio: its aspect ratio range.
+        hflip: probability of a horizontal flip (0 for digits and text).
+        color_jitter: strength of brightness, contrast and saturation jitter (0: none).
+        rand_augment: RandAugment-style operations per image (0: none);
+            rand_augment_magnitude: their strength in [0, 10].
+        crop_pct: evaluation crop: resize to ``img_size / crop_pct``, centre crop ``img_size``.
+        mean: normalisation mean (RGB, 0..1); std: its standard deviation.
+        interpolation: resampling of the crops and resizes.
+        num_workers: loader processes (0: load in the training process).
+        persistent_workers: keep the workers between epochs.
+        pin_memory: page-locked batches (None: when CUDA is available).
+        drop_last: drop the incomplete last training batch (needed by Mixup, which wants even batches).
+        seed: seed of the augmentation pipeline in the training process.
+    """
+
+    def __init__(
+        self,
+        root: str = "demo:digits",
+        img_size: int = 224,
+        batch_size: int = 64,
+        eval_batch_size: int | None = None,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
+        skip_bad_images: bool = False,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (0.75, 1.3333333333333333),
+        hflip: float = 0.5,
+        color_jitter: float = 0.4,
+        rand_augment: int = 0,
+        rand_augment_magnitude: float = 9.0,
+        crop_pct: float = 0.875,
+        mean: tuple[float, float, float] = IMAGENET_MEAN,
+        std: tuple[float, float, float] = IMAGENET_STD,
+        interpolation: Literal["nearest", "bilinear", "bicubic", "area", "lanczos"] = "bicubic",
+        num_workers: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool | None = None,
+        drop_last: bool = True,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
+            raise ConfigError(f"data.batch_size={batch_size}, data.eval_batch_size={eval_batch_size}: give positive "
+                              f"integers")
+        if num_workers < 0:
+            raise ConfigError(f"data.num_workers={num_workers}: give 0 (load in the main process) or more")
+        self.save_hyperparameters()
+        self.splits: ClassificationSplits | None = None
+        self.train_set: ImageFolder | None = None
+        self.val_set: ImageFolder | None = None
+
+    # ---------------------------------------------------------------- data
+    def prepare_data(self) -> None:
+        """Materialise a built-in data set once (on one process per node)."""
+        if is_demo(self.hparams.root):
+            materialise(self.hparams.root.split(":", 1)[1])
+
+    def scan(self) -> ClassificationSplits:
+        """Resolve the root into train and val samples (once); also what :meth:`setup` calls."""
+        if self.splits is None:
+            self.prepare_data()
+            hp = self.hparams
+            self.splits = load_splits(hp.root, val_fraction=hp.val_fraction, split_seed=hp.split_seed,
+                                      skip_bad_images=hp.skip_bad_images, threads=max(1, os.cpu_count() or 1))
+        return self.splits
+
+    @property
+    def classes(self) -> list[str]:
+        return self.scan().classes
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def setup(self, stage: str | None = None) -> None:
+        splits = self.scan()
+        hp = self.hparams
+        train_tf = train_transforms(hp.img_size, scale=hp.scale, ratio=hp.ratio, hflip=hp.hflip,
+                                    color_jitter=hp.color_jitter, rand_augment=hp.rand_augment,
+                                    rand_augment_magnitude=hp.rand_augment_magnitude, mean=hp.mean, std=hp.std,
+                                    interpolation=hp.interpolation, seed=hp.seed)
+        self.train_set = ImageFolder(splits.train, splits.classes, train_tf)
+        self.val_set = ImageFolder(splits.val, splits.classes, self.eval_transform())
+        if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
+            raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
+                              f"images, and data.drop_last drops the only batch: lower data.batch_size")
+        if stage in (None, "fit", "validate") and not self.val_set.samples:
+            raise ConfigError(f"{splits.root}: no validation images; add a val/ folder or raise data.val_fraction")
+
+    def eval_transform(self):
+        """The evaluation pipeline of this data module (also for checkpoints' eval and predict)."""
+        hp = self.hparams
+        return eval_transforms(hp.img_size, crop_pct=hp.crop_pct, mean=hp.mean, std=hp.std,
+                               interpolation=hp.interpolation)
+
+    # ---------------------------------------------------------------- loaders
+    def _loader(self, dataset: ImageFolder, batch_size: int, train: bool) -> DataLoader:
+        hp = self.hparams
+        workers = hp.num_workers
+        pin = torch.cuda.is_available() if hp.pin_memory is None else hp.pin_memory
+        generator = torch.Generator()
+        generator.manual_seed(hp.seed)
+        return DataLoader(
+            dataset, batch_size=batch_size, shuffle=train, drop_last=train and hp.drop_last,
+            num_workers=workers, persistent_workers=hp.persistent_workers and workers > 0, pin_memory=pin,
+            worker_init_fn=seed_worker if workers > 0 else None, generator=generator if train else None,
+            prefetch_factor=4 if workers > 0 else None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None, "call setup() first"
+        return self._loader(self.train_set, self.hparams.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        assert self.val_set is not None, "call setup() first"
+        return self._loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
+

@@ -1,0 +1,76 @@
+"""The folder of one training run, ``RUNS_DIR/NAME/``, and atomic writes into it.
+
+Layout: ``config.yaml`` (the full configuration), ``best.ckpt`` and ``last.ckpt`` (Lightning
+checkpoints with optimizer, scheduler and EMA state), ``model.safetensors`` (the final evaluation
+weights, loadable by ``create_model(name, pretrained=...)``), ``metrics.json``, ``csv/metrics.csv``,
+``tensorboard/`` (event files), ``loss.png``, ``accuracy.png``, ``confusion.png``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vision_attn.errors import TrainingError
+
+__all__ = ["RunFolder", "write_atomic", "write_json_atomic"]
+
+_RUN_MARKERS = ("config.yaml", "last.ckpt", "best.ckpt", "metrics.json")
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """``obj`` as indented JSON, written atomically."""
+    return write_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths of a run folder; :meth:`prepare` applies the new/resume/overwrite rules."""
+
+    path: Path
+
+    config = property(lambda self: self.path / "config.yaml")
+    best = property(lambda self: self.path / "best.ckpt")
+    last = property(lambda self: self.path / "last.ckpt")
+    weights = property(lambda self: self.path / "model.safetensors")
+    metrics = property(lambda self: self.path / "metrics.json")
+    csv = property(lambda self: self.path / "csv" / "metrics.csv")
+
+    def prepare(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
+        """A new run needs a free (or empty) folder, or ``overwrite`` for a previous run's folder;
+        ``resume`` needs the folder's ``last.ckpt``. Only the main process creates or clears it."""
+        if resume:
+            if not self.last.is_file():
+                raise TrainingError(f"{self.path}: no last.ckpt to resume from; start the run without --resume "
+                                    f"(or give --ckpt_path PATH)")
+            return
+        if not main_process:
+            return
+        if self.path.exists() and any(self.path.iterdir()):
+            if not overwrite:
+                raise TrainingError(f"run folder {self.path} already exists: pass --resume true to continue it, "
+                                    f"--overwrite true to replace it, or --name OTHER for a new run")
+            if not any((self.path / m).exists() for m in _RUN_MARKERS):
+                raise TrainingError(f"{self.path} is not a run folder (no {', '.join(_RUN_MARKERS)}); refusing to "
+                                    f"delete it: choose another --name or --runs_dir")
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
