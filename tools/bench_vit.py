@@ -20,18 +20,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import weakref
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 import timm  # noqa: E402
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_flatten  # noqa: E402
 
 import vision_attn  # noqa: E402
+from benchlib import rss_rise_mb, tensor_peak_mb  # noqa: E402  (tools/benchlib.py)
 
 
 def build(which: str, name: str, weights: str | None) -> torch.nn.Module:
@@ -45,67 +42,12 @@ def build(which: str, name: str, weights: str | None) -> torch.nn.Module:
     return model.eval()
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def measure_memory(which: str, name: str, weights: str, batch: int, img: int) -> float:
-    """Steady-state rise of the resident set during one forward pass: after a warm-up pass of the same
-    shape (kernels compiled, caches filled), a thread samples the resident set while the pass runs."""
+    """Steady-state rise of the resident set during one forward pass (see benchlib.rss_rise_mb)."""
     model = build(which, name, weights)
     x = torch.randn(batch, 3, img, img)
     with torch.inference_mode():
-        model(x)
-        before, peak, done = rss_mb(), [0.0], threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], rss_mb())
-                time.sleep(1e-4)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        model(x)
-        done.set()
-        sampler.join()
-    return max(peak[0], rss_mb()) - before
-
-
-class PeakTensorMemory(TorchDispatchMode):
-    """Peak bytes of live tensor storage created by the ops run inside the mode (deterministic,
-    unlike the resident set): each op output's storage counts from its creation until the last
-    Python tensor viewing it is freed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, list[int]] = {}  # data_ptr -> [bytes, tensors alive]
-        self.current = self.peak = 0
-
-    def _release(self, ptr: int) -> None:
-        self.live[ptr][1] -= 1
-        if self.live[ptr][1] == 0:
-            self.current -= self.live.pop(ptr)[0]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                ptr = storage.data_ptr()
-                if ptr not in self.live:
-                    self.live[ptr] = [storage.nbytes(), 0]
-                    self.current += storage.nbytes()
-                    self.peak = max(self.peak, self.current)
-                self.live[ptr][1] += 1
-                weakref.finalize(t, self._release, ptr)
-        return out
-
-
-def tensor_peak_mb(model: torch.nn.Module, x: torch.Tensor) -> float:
-    with torch.inference_mode(), PeakTensorMemory() as mem:
-        model(x)
-    return mem.peak / 2**20
+        return rss_rise_mb(lambda: model(x))
 
 
 def throughput(model: torch.nn.Module, x: torch.Tensor, iters: int) -> float:
@@ -150,7 +92,8 @@ def main() -> None:
                 rows.append(t)
                 print(f"round {r}: timm {t['timm']:.2f} img/s  ours {t['ours']:.2f} img/s  ratio {t['ours'] / t['timm']:.3f}",
                       file=sys.stderr)
-        tensor_peak = {"timm": tensor_peak_mb(theirs, x), "ours": tensor_peak_mb(ours, x)}
+        with torch.inference_mode():
+            tensor_peak = {k: tensor_peak_mb(lambda m=m: m(x)) for k, m in (("timm", theirs), ("ours", ours))}
         mem = {}
         for which in ("timm", "ours"):
             cmd = [sys.executable, __file__, "--model", args.model, "--batch", str(args.batch),
