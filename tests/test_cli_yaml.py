@@ -34,3 +34,94 @@ def test_yaml_info_errors(capsys, tmp_path):
     assert "scale 'q' is not defined" in capsys.readouterr().err
     assert main(["yaml", "info", str(CONFIGS / "yolov8.yaml"), "--img-size", "100"]) == 2
     assert "multiple of the largest stride, 32" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ editing
+def _params(path) -> int:
+    import torch
+
+    from vision_attn import build_detector
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_detector(path, scale="n").parameters())
+
+
+def test_yaml_insert_twice_and_remove(capsys, tmp_path):
+    src, out, again, back = (tmp_path / n for n in ("yolov8.yaml", "cbam.yaml", "again.yaml", "back.yaml"))
+    src.write_text((CONFIGS / "yolov8.yaml").read_text())
+    assert main(["yaml", "insert", str(src), "--block", "CBAM", "--after", "C2f", "-o", str(out)]) == 0
+    assert "inserted 4 CBAM row(s) at 3, 6, 9, 12" in capsys.readouterr().out
+    assert _params(out) == 3_245_112
+    assert main(["yaml", "insert", str(out), "--block", "CBAM", "--after", "C2f", "-o", str(again)]) == 0
+    assert "nothing to insert" in capsys.readouterr().out and again.read_text() == out.read_text()
+    assert main(["yaml", "remove", str(out), "--block", "CBAM", "-o", str(back)]) == 0
+    assert back.read_text() == src.read_text()
+    assert main(["yaml", "remove", str(out), "-o", str(back)]) == 0  # every attention block
+    assert back.read_text() == src.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.yaml", "back.yaml", "cbam.yaml", "yolov8.yaml"]
+
+
+def test_yaml_insert_dry_run_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "out.yaml"
+    assert main(["yaml", "insert", str(CONFIGS / "yolov8.yaml"), "--block", "SE", "--after", "C2f", "--at", "4,6",
+                 "--args", "{reduction: 8}", "-o", str(out), "--dry-run", "--img-size", "64"]) == 0
+    text = capsys.readouterr().out
+    assert "+  - [-1, 1, SE, [{reduction: 8}]] # 5" in text and "-  - [[15, 18, 21], 1, Detect, [nc]] # 22" in text
+    assert "3,157,200" in text and all(f"│ {s} " in text for s in "nsmlx") and "dry run" in text
+    assert not list(tmp_path.iterdir())
+
+
+def test_yaml_insert_checkpoint_remap(capsys, tmp_path):
+    import torch
+
+    from vision_attn import build_detector
+
+    old = build_detector(CONFIGS / "yolov8.yaml", scale="n")
+    torch.save(old.state_dict(), tmp_path / "old.pt")
+    out, new_pt = tmp_path / "cbam.yaml", tmp_path / "new.pt"
+    assert main(["yaml", "insert", str(CONFIGS / "yolov8.yaml"), "--block", "CBAM", "--after", "C2f", "-o", str(out),
+                 "--checkpoint", str(tmp_path / "old.pt"), "--checkpoint-out", str(new_pt)]) == 0
+    text = capsys.readouterr().out
+    n = len(old.state_dict())
+    assert f"{n} of {n} tensors transferred" in text and "12 new key(s)" in text and "model.3.channel_attention" in text
+    new = build_detector(out, scale="n")
+    report = new.load_state_dict(torch.load(new_pt, weights_only=True), strict=False)
+    assert not report.unexpected_keys
+    assert {k.split(".")[1] for k in report.missing_keys} == {"3", "6", "9", "12"}  # only the CBAM tensors
+    assert torch.equal(new.model[13].cv1.conv.weight, old.model[9].cv1.conv.weight)  # SPPF moved 9 -> 13
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cbam.yaml", "new.pt", "old.pt"]  # no temp files
+
+
+def test_yaml_insert_errors(capsys, tmp_path):
+    src = str(CONFIGS / "yolov8.yaml")
+    out = tmp_path / "out.yaml"
+    out.write_text("keep me\n")
+    assert main(["yaml", "insert", src, "--block", "CBMA", "--after", "C2f", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not an attention block" in err and "did you mean CBAM" in err
+    assert main(["yaml", "insert", src, "--block", "CBAM", "--after", "C3k2", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no row of that module" in err and "candidates: Conv, C2f, SPPF" in err
+    assert main(["yaml", "insert", src, "--block", "CBAM", "--after", "C2f", "--args", "[8]", "-o", str(out)]) == 2
+    assert "must be a mapping" in capsys.readouterr().err
+    assert out.read_text() == "keep me\n"  # an existing output is only replaced on success
+    missing = tmp_path / "no" / "out.yaml"
+    assert main(["yaml", "insert", src, "--block", "CBAM", "--after", "C2f", "-o", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]
+
+
+def test_insert_attention_dispatches_yaml(tmp_path):
+    import yaml
+
+    import vision_attn
+
+    path = tmp_path / "yolov8.yaml"
+    path.write_text((CONFIGS / "yolov8.yaml").read_text())
+    text = vision_attn.insert_attention(path, "cbam", after="C2f")
+    assert isinstance(text, str) and path.read_text() == (CONFIGS / "yolov8.yaml").read_text()
+    assert _params(text) == 3_245_112
+    data = yaml.safe_load(path.read_text())
+    edited = vision_attn.insert_attention(data, "SE", after="C2f", section="head", reduction=8)
+    assert isinstance(edited, dict) and edited["head"][3] == [-1, 1, "SE", [{"reduction": 8}]]
+    assert data == yaml.safe_load(path.read_text())  # the dict is not changed

@@ -2,7 +2,8 @@
 
 Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model in
 detail), ``demo``, ``train cls`` (a classifier on image folders, configured by YAML and
-``--section.key value`` overrides), ``eval cls`` and ``predict cls`` (a trained run's checkpoint). Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
+``--section.key value`` overrides), ``eval cls`` and ``predict cls`` (a trained run's checkpoint),
+``yaml info|insert|remove`` (detector YAMLs). Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
@@ -226,10 +227,136 @@ def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
 
 
 
+def _parse_at(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ConfigError(f"--at {value!r}: give row indices separated by commas, e.g. 4,6") from None
+
+
+def _parse_block_args(value: str | None) -> list[Any] | None:
+    import yaml
+
+    if value is None:
+        return None
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--args {value!r}: not valid YAML ({' '.join(str(e).split())})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"--args {value!r}: must be a mapping of keyword arguments, e.g. '{{reduction: 8}}'")
+    return [loaded]
+
+
+def _load_state_dict(path: str) -> dict[str, Any]:
+    import torch
+
+    from vision_attn.errors import CheckpointError
+
+    if not os.path.isfile(path):
+        raise CheckpointError(f"--checkpoint {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is one error line
+        raise CheckpointError(f"--checkpoint {path}: not a readable state dict ({type(e).__name__}: {e})") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"--checkpoint {path}: expected a state dict (a mapping of names to tensors)")
+    return state
+
+
+def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
+    """``yaml insert`` / ``yaml remove``: edit a detector YAML's rows (re-indexed, comments kept)."""
+    import difflib
+    import tempfile
+
+    import torch
+
+    from vision_attn.analysis.yaml_info import compare_yaml
+    from vision_attn.models.yolo import (all_rows, build_detector, insert_attention_text, remap_state_dict,
+                                         remove_attention_text, write_text_atomic)
+
+    if not os.path.isfile(args.file):
+        raise ConfigError(f"{args.file}: no such YAML file")
+    if not args.dry_run and not args.output:
+        raise ConfigError(f"yaml {args.action}: say where to write the result with -o OUT.yaml (or use --dry-run)")
+    if args.checkpoint and not args.dry_run and not args.checkpoint_out:
+        raise ConfigError("--checkpoint needs --checkpoint-out NEW.pt: where to save the remapped state dict")
+    for out in (args.output, args.checkpoint_out):
+        if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
+                              "nothing was written")
+    with open(args.file, encoding="utf-8", newline="") as f:
+        text = f.read()
+    if args.action == "insert":
+        if not args.block:
+            raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
+        result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
+                                       section=args.section, args=_parse_block_args(args.args))
+        what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
+                if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
+    else:
+        result = remove_attention_text(text, args.block)
+        import yaml
+
+        removed = len(all_rows(yaml.safe_load(text))) - len(result.index_map)
+        what = f"removed {removed} row(s)" if removed else "nothing to remove"
+    state = _load_state_dict(args.checkpoint) if args.checkpoint else None
+
+    if args.dry_run:
+        diff = difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
+                                    fromfile=args.file, tofile=args.output or f"{args.file} (edited)")
+        sys.stdout.write("".join(diff) or "(no change)\n")
+        table = Table(title=f"parameters and GFLOPs at {args.img_size}x{args.img_size}, before -> after")
+        for col in ("scale", "params before", "params after", "change", "GFLOPs before", "GFLOPs after"):
+            table.add_column(col, justify="left" if col == "scale" else "right")
+        for r in compare_yaml(text, result.text, img_size=args.img_size):
+            table.add_row(r["scale"] or "-", f"{r['params_before']:,}", f"{r['params_after']:,}",
+                          f"{r['params_after'] - r['params_before']:+,}", f"{r['gflops_before']:.2f}",
+                          f"{r['gflops_after']:.2f}")
+        console.print(table)
+        console.print(what + " (dry run: nothing written)")
+        return 0
+
+    new_state = None
+    if state is not None:
+        new_state = remap_state_dict(state, result.index_map)
+        with torch.device("meta"):
+            model = build_detector(result.text, scale=args.scale)
+        expected = model.state_dict()
+        new_keys = [k for k in expected if k not in new_state]
+        transferred = [k for k in new_state if k in expected]
+    write_text_atomic(args.output, result.text)
+    console.print(f"{what} -> {args.output}")
+    if new_state is not None:
+        fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(args.checkpoint_out)))
+        os.close(fd)
+        try:
+            torch.save(new_state, tmp)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, args.checkpoint_out)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        console.print(f"checkpoint: {len(transferred)} of {len(state)} tensors transferred -> {args.checkpoint_out}; "
+                      f"{len(new_keys)} new key(s) to train: {', '.join(new_keys) if new_keys else 'none'}",
+                      soft_wrap=True)
+    return 0
+
+
 def _cmd_yaml(args: argparse.Namespace, console: Console) -> int:
     """``yaml info FILE``: the per-row table and the totals of a detector YAML."""
     from vision_attn.analysis.yaml_info import yaml_info
 
+    if args.action in ("insert", "remove"):
+        return _cmd_yaml_edit(args, console)
     info = yaml_info(args.file, scale=args.scale, img_size=args.img_size)
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
@@ -318,15 +445,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=_cmd_predict)
 
-    p = sub.add_parser("yaml", help="detector YAMLs (ultralytics schema): `yaml info FILE`",
-                       description="Detector YAMLs in the ultralytics schema, read safely (nothing in them runs).")
-    p.add_argument("action", choices=["info"], help="info: per-row table (index, from, repeats, params, module, "
-                   "arguments, output shape) and totals (layers, parameters, GFLOPs)")
+    p = sub.add_parser("yaml", help="detector YAMLs (ultralytics schema): `yaml info|insert|remove FILE`",
+                       description="Detector YAMLs in the ultralytics schema, read safely (nothing in them runs). "
+                       "insert/remove edit the rows with every `from` re-indexed and comments kept.")
+    p.add_argument("action", choices=["info", "insert", "remove"],
+                   help="info: per-row table (index, from, repeats, params, module, arguments, output shape) and "
+                   "totals (layers, parameters, GFLOPs); insert: attention rows after rows of a module; "
+                   "remove: take attention rows out")
     p.add_argument("file", help="a detector YAML, e.g. configs/detect/yolov8.yaml (or yolov8n.yaml for scale n)")
     p.add_argument("--scale", default=None, help="a letter of the file's scales (default: from the file name, "
                    "else the first)")
     p.add_argument("--img-size", type=int, default=640, help="square image size, a multiple of 32 (default 640)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.add_argument("--block", default=None, help="insert/remove: attention module, e.g. CBAM, SE, ECA (remove: "
+                   "default every attention block)")
+    p.add_argument("--after", default=None, help="insert: after every row of this module, e.g. C2f")
+    p.add_argument("--section", default="backbone", choices=["backbone", "head", "all"],
+                   help="insert: where --after looks (default backbone)")
+    p.add_argument("--at", default=None, help="insert: after these rows instead, e.g. 4,6")
+    p.add_argument("--args", default=None, help="insert: the block's keyword arguments as a YAML mapping, "
+                   "e.g. '{reduction: 8}'")
+    p.add_argument("-o", "--output", default=None, help="insert/remove: the edited YAML (written atomically)")
+    p.add_argument("--dry-run", action="store_true", help="insert/remove: print the diff and the parameter/GFLOPs "
+                   "table at every scale; write nothing")
+    p.add_argument("--checkpoint", default=None, help="insert/remove: a state dict of the original model to remap")
+    p.add_argument("--checkpoint-out", default=None, help="where to save the remapped state dict")
     p.set_defaults(func=_cmd_yaml)
     return parser
 

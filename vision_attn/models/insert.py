@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Sequence, Union
 
@@ -338,8 +339,31 @@ def _factory(block: str | Callable[..., nn.Module], kwargs: dict[str, Any]) -> C
     return lambda channels: factory(channels, **kwargs)
 
 
+def _insert_into_yaml(source: Any, block: Any, after: Any, block_kwargs: dict[str, Any]) -> Any:
+    """The YAML branch of :func:`insert_attention`: a file path gives the edited text, a dict the edited dict."""
+    from pathlib import Path
+
+    from vision_attn.models.yolo.editor import insert_attention_data, insert_attention_text
+
+    at, section = block_kwargs.pop("at", None), block_kwargs.pop("section", "backbone")
+    args = block_kwargs.pop("args", None)
+    if block_kwargs:  # keyword arguments of the block: one mapping, as a YAML row writes them
+        args = list(args or []) + [dict(block_kwargs)]
+    if not isinstance(block, str):
+        raise ConfigError(f"block={block!r}: a YAML row takes a module name such as 'CBAM' or 'SE'")
+    after = None if after is None else str(after)
+    if isinstance(source, dict):
+        return insert_attention_data(source, block, after=after, at=at, section=section, args=args)[0]
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such YAML file (insert_attention takes an nn.Module, or a YAML file path "
+                          f"or dict)")
+    return insert_attention_text(path.read_text(encoding="utf-8"), block, after=after, at=at, section=section,
+                                 args=args).text
+
+
 def insert_attention(
-    model: nn.Module,
+    model: nn.Module | str | os.PathLike | dict[str, Any],
     block: str | Callable[..., nn.Module],
     *,
     after: Selector,
@@ -347,7 +371,7 @@ def insert_attention(
     zero_init: bool = False,
     input_size: int | Sequence[int] | None = None,
     **block_kwargs: Any,
-) -> InsertionReport:
+) -> InsertionReport | str | dict[str, Any]:
     """Insert an attention ``block`` at every module of ``model`` that ``after`` selects; in place.
 
     ``block``: a registered name (``se``, ``cbam``, ``cbam_ultralytics``, ``eca``, ``coord``, ``none``)
@@ -360,7 +384,16 @@ def insert_attention(
     nothing). ``zero_init=True`` makes every block start as the exact identity
     (:class:`~vision_attn.layers.plugins.IdentityBlend`). Existing state-dict keys are untouched;
     the report lists the new ones.
+
+    A detector YAML instead of a model (a ``.yaml``/``.yml`` path or ``yaml.safe_load``'s dict) is
+    edited row by row (:func:`vision_attn.models.yolo.insert_attention_text`): ``block`` is a row
+    module (``"CBAM"``, ``"SE"``, ...; case-insensitive), ``after`` a module name, and ``section=``,
+    ``at=`` and ``args=`` are the editor's (other keyword arguments become the row's argument mapping).
+    A path returns the edited YAML text (the file is not written); a dict returns the edited dict.
     """
+    if isinstance(model, dict) or (isinstance(model, (str, os.PathLike))
+                                   and str(model).lower().endswith((".yaml", ".yml"))):
+        return _insert_into_yaml(model, block, after, dict(block_kwargs))
     if not isinstance(model, nn.Module):
         raise ConfigError(f"insert_attention takes an nn.Module, got {type(model).__name__}; YAML model files are "
                           f"edited row by row by the YOLO YAML tools, not here")

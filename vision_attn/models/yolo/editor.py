@@ -9,7 +9,10 @@ Every edit is verified: the edited text must load to :func:`insert_row`'s rows, 
 """
 from __future__ import annotations
 
+import difflib
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,7 +24,8 @@ from vision_attn.models.yolo.modules import MODULES
 from vision_attn.models.yolo.reindex import all_rows, check_topology, insert_row, remove_row
 from vision_attn.models.yolo.remap import insertion_map
 
-__all__ = ["EditResult", "insert_attention_text", "insert_attention_file", "remove_rows_text"]
+__all__ = ["EditResult", "insert_attention_text", "insert_attention_file", "insert_attention_data",
+           "remove_rows_text", "remove_attention_text", "write_text_atomic"]
 
 _ROW = re.compile(r"^(?P<lead>\s*-\s*\[\s*)(?P<from>\[[^\]\[]*\]|-?\d+)(?P<rest>\s*,.*?)(?P<comment>\s*#\s*(?P<num>\d+)(?P<tail>.*))?$")
 
@@ -103,17 +107,24 @@ def _verify(text: str, expected: dict[str, Any]) -> None:
                           "nothing was written")
 
 
-def insert_attention_text(text: str, block: str, *, after: str | None = None, at: Sequence[int] | None = None,
-                          section: str = "backbone", args: list[Any] | None = None) -> EditResult:
-    """Insert ``[-1, 1, block, args]`` after every row of module ``after`` in ``section`` (backbone,
-    head or all), or after the rows ``at``. A position already followed by ``block`` is skipped, so
-    running the edit twice inserts once."""
-    if block not in MODULES or MODULES[block].kind != "attention":
-        names = ", ".join(k for k, v in MODULES.items() if v.kind == "attention")
-        raise ConfigError(f"--block {block!r}: not an attention block; use one of {names}")
+def _block_name(block: str) -> str:
+    """An attention module name of the registry (case-insensitive), or a ConfigError with suggestions."""
+    names = [k for k, v in MODULES.items() if v.kind == "attention"]
+    if block in names:
+        return block
+    folded = {k.lower(): k for k in names}
+    if str(block).lower() in folded:
+        return folded[str(block).lower()]
+    close = difflib.get_close_matches(str(block), names, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ConfigError(f"--block {block!r}: not an attention block; {hint}use one of {', '.join(names)}")
+
+
+def _positions(data: dict[str, Any], block: str, after: str | None, at: Sequence[int] | None,
+               section: str) -> list[int]:
+    """Rows to insert ``block`` after (rows already followed by ``block`` left out)."""
     if section not in ("backbone", "head", "all"):
         raise ConfigError(f"--section {section!r}: use backbone, head or all")
-    lines, rows_at, data = _row_lines(text)
     rows = all_rows(data)
     n_backbone = len(data.get("backbone") or [])
     if at is not None:
@@ -126,10 +137,44 @@ def insert_attention_text(text: str, block: str, *, after: str | None = None, at
                 "all": range(0, len(rows))}[section]
         positions = [k for k in span if rows[k][2] == after and k < len(rows) - 1]
         if not positions:
-            raise ConfigError(f"--after {after!r}: no row of that module in the {section}")
+            present = list(dict.fromkeys(str(rows[k][2]) for k in span if k < len(rows) - 1))
+            close = difflib.get_close_matches(str(after), present, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(f"--after {after!r}: no row of that module in the {section}; {hint}"
+                              f"candidates: {', '.join(present)}")
     else:
         raise ConfigError("say where: --after MODULE or --at ROW,ROW")
-    positions = [k for k in positions if not (rows[k + 1][2] == block and rows[k + 1][0] == -1)]
+    return [k for k in positions if not (rows[k + 1][2] == block and rows[k + 1][0] == -1)]
+
+
+def insert_attention_data(data: dict[str, Any], block: str, *, after: str | None = None,
+                          at: Sequence[int] | None = None, section: str = "backbone",
+                          args: list[Any] | None = None) -> tuple[dict[str, Any], list[int], dict[int, int]]:
+    """:func:`insert_attention_text` on loaded data (``yaml.safe_load``'s dict): the edited copy, the new
+    indices of the inserted rows and the old -> new row map. ``data`` is not changed."""
+    if not isinstance(data, dict):
+        raise ConfigError("the YAML must be a mapping with 'backbone' and 'head' lists")
+    block = _block_name(block)
+    positions = _positions(data, block, after, at, section)
+    new = data
+    for k in sorted(positions, reverse=True):
+        new = insert_row(new, k, block, args)
+    inserted = [k + 1 + positions.index(k) for k in positions]
+    check_topology(data, new, inserted)
+    return new, inserted, insertion_map(len(all_rows(data)), inserted)
+
+
+def insert_attention_text(text: str, block: str, *, after: str | None = None, at: Sequence[int] | None = None,
+                          section: str = "backbone", args: list[Any] | None = None) -> EditResult:
+    """Insert ``[-1, 1, block, args]`` after every row of module ``after`` in ``section`` (backbone,
+    head or all), or after the rows ``at``. A position already followed by ``block`` is skipped, so
+    running the edit twice inserts once."""
+    block = _block_name(block)
+    if section not in ("backbone", "head", "all"):
+        raise ConfigError(f"--section {section!r}: use backbone, head or all")
+    lines, rows_at, data = _row_lines(text)
+    rows = all_rows(data)
+    positions = _positions(data, block, after, at, section)
     new = data
     for k in sorted(positions, reverse=True):
         new = insert_row(new, k, block, args)
@@ -185,5 +230,42 @@ def insert_attention_file(src: str | Path, dst: str | Path, block: str, *, after
         raise ConfigError(f"{source}: no such YAML file")
     result = insert_attention_text(source.read_text(encoding="utf-8"), block, after=after, at=at, section=section,
                                    args=args)
-    Path(dst).write_text(result.text, encoding="utf-8")
+    write_text_atomic(dst, result.text)
     return result
+
+
+def remove_attention_text(text: str, block: str | None = None) -> EditResult:
+    """Take out the rows of attention ``block`` (every attention block when None), re-indexing the rest;
+    ``index_map`` maps old rows that stay to their new indices."""
+    names = [_block_name(block)] if block is not None else \
+        [k for k, v in MODULES.items() if v.kind == "attention"]
+    data = yaml.safe_load(text)
+    present = {str(r[2]) for r in all_rows(data)} if isinstance(data, dict) else set()
+    n_old = len(all_rows(data)) if isinstance(data, dict) else 0
+    mapping = {i: i for i in range(n_old)}
+    for name in names:
+        if name not in present:
+            continue
+        result = remove_rows_text(text, name)
+        text = result.text
+        mapping = {old: result.index_map[new] for old, new in mapping.items() if new in result.index_map}
+    return EditResult(text, [], mapping)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``: an
+    existing file is replaced only once the new one is complete."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise ConfigError(f"{target}: the folder {target.parent} does not exist; nothing was written")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; give it a normal file's mode
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
