@@ -23,6 +23,7 @@ from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite,
 from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat, Conv, DWConv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.psa import C2PSA
+from vision_attn.models.yolo.swin import MapSwin
 from vision_attn.models.yolo.transformer import MapTransformer
 
 __all__ = ["ModuleSpec", "MODULES", "ATTENTION_ROWS", "ACTIVATIONS"]
@@ -59,6 +60,7 @@ MODULES: dict[str, ModuleSpec] = {
     "ECA": ModuleSpec(ECA, "attention"),
     "CoordAtt": ModuleSpec(CoordAttention, "attention"),
     "TransformerBlock": ModuleSpec(MapTransformer, "attention"),  # ViT blocks over the flattened map
+    "SwinBlock": ModuleSpec(MapSwin, "attention"),  # regular + shifted window Swin blocks on the map
 }
 """Module name in a YAML row -> :class:`ModuleSpec`."""
 
