@@ -11,44 +11,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vision_attn.layers.plugins.checks import check_channels, check_kernel_size, check_nchw, reduced_channels
+from vision_attn.layers.plugins.checks import check_kernel_size, check_nchw
+from vision_attn.layers.plugins.se import SqueezeExcite
 
 
-class ChannelAttention(nn.Module):
+class ChannelAttention(SqueezeExcite):
     """``x * sigmoid(mlp(avg_hw(x)) + mlp(max_hw(x)))`` with ``mlp = fc2(act(fc1(.)))`` shared.
 
+    Squeeze-and-Excitation's layers and keys with a second, max-pooled descriptor through the same
+    MLP; the reduced width is not rounded by default (``divisor=1``), as in the authors' code.
     (B, C, H, W) -> (B, C, H, W); the gate (:meth:`attention`) is (B, C, 1, 1), in (0, 1).
     """
 
-    def __init__(
-        self,
-        channels: int,
-        *,
-        reduction: float = 16,
-        divisor: int = 1,
-        rd_channels: int | None = None,
-        bias: bool = True,
-        act_layer: type[nn.Module] = nn.ReLU,
-        gate_layer: type[nn.Module] = nn.Sigmoid,
-    ) -> None:
-        super().__init__()
-        check_channels(channels, type(self).__name__)
-        self.channels = channels
-        rd = rd_channels or reduced_channels(channels, reduction, divisor)
-        self.fc1 = nn.Conv2d(channels, rd, 1, bias=bias)
-        self.act = act_layer()
-        self.fc2 = nn.Conv2d(rd, channels, 1, bias=bias)
-        self.gate = gate_layer()
+    def __init__(self, channels: int, *, reduction: float = 16, divisor: int = 1, **kwargs) -> None:
+        super().__init__(channels, reduction=reduction, divisor=divisor, **kwargs)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """The channel gate, (B, C, 1, 1)."""
         pooled = torch.cat([x.mean((2, 3), keepdim=True), x.amax((2, 3), keepdim=True)])  # (2B, C, 1, 1)
         avg, mx = self.fc2(self.act(self.fc1(pooled))).chunk(2)
         return self.gate(avg + mx)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_nchw(x, self.channels, type(self).__name__)
-        return x * self.attention(x)
 
 
 class SpatialAttention(nn.Module):
