@@ -28,7 +28,26 @@ def rss_rise_mb(fn: Callable[[], object]) -> float:
     """Steady-state rise of the resident set while ``fn()`` runs: call it once first (kernels
     selected, caches filled), then sample the resident set from a thread during a second call."""
     fn()
-    before, peak, done = rss_mb(), [0.0], threading.Event()
+    before = rss_mb()
+    return _peak_rss_during(fn) - before
+
+
+def rss_peak_mb(fn: Callable[[], object], calls: int = 2) -> float:
+    """Peak of the resident set above its level before the first call, over ``calls`` calls of
+    ``fn()`` (sampled from a thread). Unlike :func:`rss_rise_mb` it does not depend on how much
+    memory the allocator kept between calls, which differs between implementations in training."""
+    before = rss_mb()
+
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+
+    return _peak_rss_during(run) - before
+
+
+def _peak_rss_during(fn: Callable[[], object]) -> float:
+    """Highest resident set (MiB) seen by a thread sampling every 0.1 ms while ``fn()`` runs."""
+    peak, done = [0.0], threading.Event()
 
     def sample() -> None:
         while not done.is_set():
@@ -42,29 +61,7 @@ def rss_rise_mb(fn: Callable[[], object]) -> float:
     finally:
         done.set()
         sampler.join()
-    return max(peak[0], rss_mb()) - before
-
-
-def rss_peak_mb(fn: Callable[[], object], calls: int = 2) -> float:
-    """Peak of the resident set above its level before the first call, over ``calls`` calls of
-    ``fn()`` (sampled from a thread). Unlike :func:`rss_rise_mb` it does not depend on how much
-    memory the allocator kept between calls, which differs between implementations in training."""
-    before, peak, done = rss_mb(), [0.0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_mb())
-            time.sleep(1e-4)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        for _ in range(calls):
-            fn()
-    finally:
-        done.set()
-        sampler.join()
-    return max(peak[0], rss_mb()) - before
+    return max(peak[0], rss_mb())
 
 
 class PeakTensorMemory(TorchDispatchMode):
