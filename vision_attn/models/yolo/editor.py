@@ -155,7 +155,13 @@ def insert_attention_data(data: dict[str, Any], block: str, *, after: str | None
     if not isinstance(data, dict):
         raise ConfigError("the YAML must be a mapping with 'backbone' and 'head' lists")
     block = _block_name(block)
-    positions = _positions(data, block, after, at, section)
+    return _insert_rows(data, block, _positions(data, block, after, at, section), args)
+
+
+def _insert_rows(data: dict[str, Any], block: str, positions: list[int],
+                 args: list[Any] | None) -> tuple[dict[str, Any], list[int], dict[int, int]]:
+    """Insert ``[-1, 1, block, args]`` after each row in ``positions`` (ascending) and check the
+    topology: the edited copy, the new indices of the inserted rows and the old -> new row map."""
     new = data
     for k in sorted(positions, reverse=True):
         new = insert_row(new, k, block, args)
@@ -173,14 +179,8 @@ def insert_attention_text(text: str, block: str, *, after: str | None = None, at
     if section not in ("backbone", "head", "all"):
         raise ConfigError(f"--section {section!r}: use backbone, head or all")
     lines, rows_at, data = _row_lines(text)
-    rows = all_rows(data)
     positions = _positions(data, block, after, at, section)
-    new = data
-    for k in sorted(positions, reverse=True):
-        new = insert_row(new, k, block, args)
-    inserted = [k + 1 + positions.index(k) for k in positions]
-    check_topology(data, new, inserted)
-    mapping = insertion_map(len(rows), inserted)
+    new, inserted, mapping = _insert_rows(data, block, positions, args)
     args_text = yaml.safe_dump(list(args or []), default_flow_style=True).strip()
     new_lines = {}
     for k in positions:
