@@ -19,6 +19,7 @@ from rich.table import Table
 
 import vision_attn
 from vision_attn.analysis import FlopReport, count_model_flops
+from vision_attn.commands import register_all
 from vision_attn.errors import ConfigError, VisionAttnError
 
 CONVENTIONS = {
@@ -471,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="insert/remove: a state dict of the original model to remap")
     p.add_argument("--checkpoint-out", default=None, help="where to save the remapped state dict")
     p.set_defaults(func=_cmd_yaml)
+    register_all(sub)  # the commands kept in vision_attn/commands/
     return parser
 
 

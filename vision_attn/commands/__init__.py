@@ -1,0 +1,21 @@
+"""Subcommands of ``vision-attn`` kept in their own files (argument parsing and printing only).
+
+Each module here defines ``register(sub)``, which adds its parser(s) to the ``vision-attn`` subparsers
+and sets ``func=(args, console) -> int`` as their default. :func:`vision_attn.cli.build_parser` calls
+every module's ``register`` in name order, so a new command is a new file, not an edit of ``cli.py``.
+Modules import heavy dependencies (onnx, matplotlib, Lightning) inside their command functions so that
+``vision-attn --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+
+__all__ = ["register_all"]
+
+
+def register_all(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add the parsers of every module in this package to ``sub``."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{info.name}").register(sub)
