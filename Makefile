@@ -1,10 +1,13 @@
 # Two commands do everything from a fresh clone: `make demo` and `make test`.
 # The virtual environment is created when missing and reinstalled only when pyproject.toml or
-# constraints.txt change (the stamp file records the last install).
+# constraints.txt change (the stamp file records the last install). `make test` also installs the
+# test-only peers of requirements-test.txt (ultralytics, AGPL: never a dependency of vision_attn),
+# without their declared dependencies, again only when that file changes.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 export NO_ALBUMENTATIONS_UPDATE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -17,12 +20,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+$(TEST_STAMP): requirements-test.txt $(STAMP)
+	$(PY) -m pip install -q --no-deps -c constraints.txt -r requirements-test.txt
+	touch $(TEST_STAMP)
+
 # Trains a small ViT on the built-in handwritten digits (demo:digits) and prints its final accuracy
 # and run folder (runs/demo_digits/); `vision-attn demo` is the model-zoo tour.
 demo: $(STAMP)
 	$(VENV)/bin/vision-attn train cls --config configs/classify/demo_digits.yaml --overwrite
 
-test: $(STAMP)
+test: $(STAMP) $(TEST_STAMP)
 	$(PY) -m pytest -q -n 2 -m "not benchmark"
 
 benchmark: $(STAMP)

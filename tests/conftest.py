@@ -2,6 +2,10 @@ import os
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
+from tests.peers import quiet_ultralytics_environment  # noqa: E402
+
+quiet_ultralytics_environment()  # any test that imports ultralytics: offline, settings in a temporary folder
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

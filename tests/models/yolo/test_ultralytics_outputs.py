@@ -1,13 +1,14 @@
-"""Outputs equal ultralytics' on the same weights (runs only where ultralytics is installed: it is AGPL,
-so never a dependency; install it in a separate environment to run this test)."""
+"""Outputs equal ultralytics' on the same weights (ultralytics is AGPL, so never a dependency: a
+test-only peer that ``make test`` installs from requirements-test.txt; skipped where it is missing)."""
 import pytest
 import torch
 
+from tests.peers import import_ultralytics
 from vision_attn.models.yolo import build_detector
 
 from .conftest import CONFIGS
 
-ultralytics_tasks = pytest.importorskip("ultralytics.nn.tasks")
+ultralytics_tasks = import_ultralytics()
 
 
 @pytest.mark.parametrize("name,scale", [("yolov8", "n"), ("yolo11", "s"), ("yolo11", "m")])
