@@ -3,7 +3,8 @@
 Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
-inputs' channels; attention rows take the channels of their input. At scales m, l and x, C3k2's
+inputs' channels; attention rows take the channels of their input; a Backbone row reports the
+channels of its list of maps and an Index row those of the map it picks. At scales m, l and x, C3k2's
 ``c3k`` flag is forced on. Detect's class branch is the YOLOv8 form unless the YAML has a C3k2 row.
 """
 from __future__ import annotations
@@ -96,6 +97,42 @@ def _attention_kwargs(row: Row, args: list[Any], label: str) -> dict[str, Any]:
                       f"its input; give [] or one mapping of keywords, e.g. [{{reduction: 8}}]")
 
 
+def _check_map_inputs(row: Row, spec: DetectorSpec, ch_in: list[Any], kind: str, label: str) -> None:
+    """A Backbone row's list of maps feeds Index rows only, and an Index row takes such a list."""
+    lists = [j for j, c in zip(row.inputs, ch_in) if isinstance(c, list)]
+    if kind == "index" and not lists:
+        raise ConfigError(f"{label}: row {row.index} field 'from': Index picks a map of a Backbone row's list, "
+                          f"but {row.from_!r} is a single map; point it at the Backbone row")
+    if kind != "index" and lists:
+        j = lists[0]
+        raise ConfigError(f"{label}: row {row.index} field 'from': row {j} ({spec.rows[j].module}) gives a list of "
+                          f"feature maps; pick one with an Index row, e.g. [{j}, 1, Index, [0]], and take that")
+
+
+def _backbone_args(row: Row, args: list[Any], c1: int, label: str) -> tuple[list[Any], dict[str, Any]]:
+    """``[model_name]`` or ``[model_name, {keywords}]`` -> Backbone's arguments."""
+    if not args or not isinstance(args[0], str) or len(args) > 2 or (len(args) == 2 and not isinstance(args[1], dict)):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.args!r}: a Backbone row takes [model name] or "
+                          f"[model name, {{indices: [1, 2, 3], ...}}], e.g. [swin_tiny_patch4_window7_224]")
+    return [args[0], args[1] if len(args) == 2 else None], {"in_channels": c1}
+
+
+def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple[list[Any], int]:
+    """``[i]`` or ultralytics' ``[channels, i]`` -> ([i], the channels of map i)."""
+    ints = all(isinstance(a, int) and not isinstance(a, bool) for a in args)
+    if not ints or len(args) not in (1, 2):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.args!r}: an Index row takes [i], the position "
+                          f"of a map in its input's list of {len(maps)}")
+    i = args[-1]
+    if not -len(maps) <= i < len(maps):
+        raise ConfigError(f"{label}: row {row.index} field 'args': index {i} is out of range; the input gives "
+                          f"{len(maps)} maps (channels {maps}), so use 0..{len(maps) - 1}")
+    if len(args) == 2 and args[0] != maps[i]:
+        raise ConfigError(f"{label}: row {row.index} field 'args': map {i} has {maps[i]} channels, not {args[0]}; "
+                          f"write [{i}] and the channels are taken from the Backbone row")
+    return [i], maps[i]
+
+
 def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
     try:
         return factory(*args, **kwargs)
@@ -127,6 +164,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
     for row in spec.rows:
         spec_m = MODULES[row.module]
         ch_in = [image_channels if j == -1 else channels[j] for j in row.inputs]
+        _check_map_inputs(row, spec, ch_in, spec_m.kind, label)
         args = _substitute(row.args, spec)
         n = max(round(row.repeats * spec.depth), 1) if row.repeats > 1 else row.repeats
         kwargs: dict[str, Any] = {}
@@ -161,9 +199,17 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             kwargs = _attention_kwargs(row, args, label)
             args = [c1]
             c2 = c1
+        elif spec_m.kind == "backbone":
+            args, kwargs = _backbone_args(row, args, c1, label)
+        elif spec_m.kind == "index":
+            args, c2 = _index_args(row, args, c1, label)
         else:
             c2 = c1
+        if spec_m.kind in ("backbone", "index") and row.repeats != 1:
+            raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
+        if spec_m.kind == "backbone":
+            c2 = list(modules[0].channels)
         layer = modules[0] if n == 1 else nn.Sequential(*modules)
         layers.append(layer)
         inputs.append(row.inputs)

@@ -11,6 +11,9 @@ these classes. Kinds:
 - ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
   (``[-1, 1, CBAM, []]``); output channels = input channels.
 - ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``).
+- ``backbone``: a registered model by name (``[swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]``);
+  its output is a list of feature maps whose channel counts the module reports.
+- ``index``: picks one map of a backbone row's list (``[2]``, or ultralytics' ``[channels, 2]``).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Callable
 from torch import nn
 
 from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite, UltralyticsCBAM
+from vision_attn.models.yolo.backbone import Backbone, Index
 from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat, Conv, DWConv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.psa import C2PSA
@@ -34,7 +38,7 @@ class ModuleSpec:
     """How the builder treats one allowed module name."""
 
     factory: Callable[..., nn.Module]
-    kind: str  # conv | concat | detect | attention | plain
+    kind: str  # conv | concat | detect | attention | plain | backbone | index
     repeat: bool = False  # the row's repeats go into the module (third argument)
 
 
@@ -61,6 +65,9 @@ MODULES: dict[str, ModuleSpec] = {
     "CoordAtt": ModuleSpec(CoordAttention, "attention"),
     "TransformerBlock": ModuleSpec(MapTransformer, "attention"),  # ViT blocks over the flattened map
     "SwinBlock": ModuleSpec(MapSwin, "attention"),  # regular + shifted window Swin blocks on the map
+    # a create_model network's feature maps, and the row that picks one of them
+    "Backbone": ModuleSpec(Backbone, "backbone"),
+    "Index": ModuleSpec(Index, "index"),
 }
 """Module name in a YAML row -> :class:`ModuleSpec`."""
 
