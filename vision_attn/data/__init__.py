@@ -1,10 +1,20 @@
-"""Classification data: image folders (scan, checks, decoding), albumentations pipelines, the built-in
-demo data sets, and DataLoader helpers. Nothing here imports Lightning."""
+"""Data: image folders (classification), COCO json and YOLO txt detection sets, albumentations pipelines,
+the built-in demo data sets, and DataLoader helpers. Nothing here imports Lightning."""
 import os
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # before albumentations is imported: no network check
 
+from vision_attn.data.coco import CocoDetection  # noqa: E402
 from vision_attn.data.demo import DEMO_DATASETS, cache_dir, is_demo, materialise, resolve_root  # noqa: E402
+from vision_attn.data.det_source import open_detection  # noqa: E402
+from vision_attn.data.det_transforms import DetectionTransform, letterbox_params  # noqa: E402
+from vision_attn.data.detection import (  # noqa: E402
+    DetectionDataset,
+    DetectionRecord,
+    DetectionStats,
+    collate_detection,
+)
+from vision_attn.data.digit_boxes import DigitBoxesConfig, generate_digit_boxes, write_digit_boxes  # noqa: E402
 from vision_attn.data.folder import (  # noqa: E402
     IMAGE_EXTENSIONS,
     FolderScan,
@@ -17,10 +27,13 @@ from vision_attn.data.folder import (  # noqa: E402
 from vision_attn.data.loader import seed_worker, unwrap_worker_error  # noqa: E402
 from vision_attn.data.splits import ClassificationSplits, load_splits  # noqa: E402
 from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transforms, train_transforms  # noqa: E402
+from vision_attn.data.yolo_txt import YoloDetection  # noqa: E402
 
 __all__ = [
     "DEMO_DATASETS", "cache_dir", "is_demo", "materialise", "resolve_root", "IMAGE_EXTENSIONS", "FolderScan",
     "ImageFolder", "check_images", "load_image", "scan_folder", "split_samples", "seed_worker",
     "unwrap_worker_error", "ClassificationSplits", "load_splits", "IMAGENET_MEAN", "IMAGENET_STD",
-    "eval_transforms", "train_transforms",
+    "eval_transforms", "train_transforms", "CocoDetection", "YoloDetection", "open_detection", "DetectionTransform",
+    "letterbox_params", "DetectionDataset", "DetectionRecord", "DetectionStats", "collate_detection",
+    "DigitBoxesConfig", "generate_digit_boxes", "write_digit_boxes",
 ]

@@ -3,7 +3,9 @@
 ``demo:digits``: scikit-learn's ``load_digits`` (1,797 handwritten digits, 8x8 grey scans with 17
 levels, 10 classes) as PNG files in ``CACHE/digits-v1/{train,val}/{0..9}/``, split 80/20 per class
 with a fixed seed (1,438 train, 359 val). ``demo:faces``: scikit-image's ``lfw_subset`` (100 faces
-and 100 non-faces, 25x25 grey) in ``CACHE/faces-v1/``, when scikit-image is installed. A demo then
+and 100 non-faces, 25x25 grey) in ``CACHE/faces-v1/``, when scikit-image is installed.
+``demo:digit-boxes``: a detection set of those digits on canvases, in COCO json and YOLO txt layouts
+under ``CACHE/digit-boxes-v1/{coco,yolo}/`` (see :mod:`vision_attn.data.digit_boxes`). A demo then
 goes through the same code as a user's folder. The cache is ``$VISION_ATTN_CACHE``, else
 ``$XDG_CACHE_HOME/vision_attn``, else ``~/.cache/vision_attn``; a folder is written under a temporary
 name and renamed when complete, so concurrent processes (DDP ranks) never see half of it.
@@ -59,9 +61,21 @@ def _faces() -> tuple[np.ndarray, np.ndarray, list[str]]:
     return images, labels, ["face", "non_face"]
 
 
-DEMO_DATASETS: dict[str, tuple[str, Callable[[], tuple[np.ndarray, np.ndarray, list[str]]]]] = {
-    "digits": ("digits-v1", _digits),
-    "faces": ("faces-v1", _faces),
+def _digit_boxes(tmp: Path, final: Path) -> None:
+    from vision_attn.data import digit_boxes
+
+    digit_boxes.write_digit_boxes(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
+
+
+def _class_folders(load: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]]) -> Callable[[Path, Path], None]:
+    return lambda tmp, final: _write(tmp, *load())
+
+
+# name -> (cache folder, writer(temporary folder, final folder)); the writer fills the temporary folder
+DEMO_DATASETS: dict[str, tuple[str, Callable[[Path, Path], None]]] = {
+    "digits": ("digits-v1", _class_folders(_digits)),
+    "faces": ("faces-v1", _class_folders(_faces)),
+    "digit-boxes": ("digit-boxes-v1", _digit_boxes),
 }
 
 
@@ -81,21 +95,20 @@ def _write(root: Path, images: np.ndarray, labels: np.ndarray, classes: list[str
 
 
 def materialise(name: str, cache: Path | None = None) -> Path:
-    """Write the demo data set ``name`` (``"digits"``, ``"faces"``) as ``train/`` and ``val/`` class
-    folders unless it is already there; return its root."""
+    """Write the demo data set ``name`` (``"digits"``, ``"faces"``: ``train/`` and ``val/`` class folders;
+    ``"digit-boxes"``: ``coco/`` and ``yolo/`` detection layouts) unless it is already there; return its root."""
     if name not in DEMO_DATASETS:
         close = difflib.get_close_matches(name, DEMO_DATASETS, n=1)
         hint = f"did you mean demo:{close[0]}?" if close else f"choose one of {', '.join('demo:' + n for n in DEMO_DATASETS)}"
         raise ConfigError(f"unknown demo data set 'demo:{name}': {hint}")
-    folder, load = DEMO_DATASETS[name]
+    folder, write = DEMO_DATASETS[name]
     root = (cache or cache_dir()) / folder
     if root.is_dir():
         return root
-    images, labels, classes = load()
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{folder}."))
     try:
-        _write(tmp, images, labels, classes)
+        write(tmp, root)
         try:
             os.rename(tmp, root)  # atomic; fails if another process finished first
         except OSError:

@@ -1,0 +1,179 @@
+"""Detection augmentation (albumentations with box parameters): letterbox, mosaic, affine, flips, HSV.
+
+:class:`DetectionTransform` turns ``dataset[index]`` into one item of the batch contract of
+:mod:`vision_attn.data.detection`, every image letterboxed to ``img_size`` x ``img_size``:
+
+- evaluation (``train=False``): letterbox only: ``LongestMaxSize(img_size)`` then ``PadIfNeeded``
+  centred with grey 114; ``scale = img_size / max(h, w)`` and ``pad = (left, top)`` are recorded, so
+  original boxes are ``(boxes - [pl, pt, pl, pt]) / scale`` (within half a pixel: the resized side is
+  rounded to whole pixels).
+- training: with probability ``mosaic`` a 4-image mosaic (this image and three random ones, each
+  resized to ``img_size`` on its long side, meeting at a random centre of a 2x canvas), else the
+  letterbox; then ``Affine`` (scale ``1 +- scale``, translation ``+- translate`` of the size) and a
+  centre crop to ``img_size``, HSV-style colour jitter and flips (off by default: flipped digits are
+  wrong digits). Boxes are clipped; those with less than ``min_visibility`` of their area left, or
+  narrower than 2 px, are dropped. Train items record the letterbox's scale and pad (mosaic: 1.0 and
+  (0, 0)); only their boxes are meaningful after augmentation.
+
+Switch the mosaic off for the last epochs with ``transform.mosaic = 0.0`` (or ``close_mosaic()``): the
+value lives in shared memory, so DataLoader workers, persistent ones included, see the change at their
+next item. Seeding: ``seed`` (or ``set_random_seed``, which :func:`vision_attn.data.seed_worker`
+calls in each worker) seeds the mosaic choices and every albumentations pipeline.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network check on import
+
+import albumentations as A  # noqa: E402
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from vision_attn.data.detection import DetectionDataset, image_to_tensor  # noqa: E402
+from vision_attn.errors import ConfigError  # noqa: E402
+
+__all__ = ["DetectionTransform", "letterbox_params", "PAD_VALUE"]
+
+PAD_VALUE = 114  # grey of the letterbox and mosaic borders, as in the YOLO family
+
+
+def letterbox_params(height: int, width: int, size: int) -> tuple[float, tuple[int, int], tuple[int, int]]:
+    """Scale, resized (h, w) and pad (left, top) that ``LongestMaxSize(size)`` + centred ``PadIfNeeded``
+    give an image of ``height`` x ``width`` (albumentations rounds the resized sides with ``round``)."""
+    scale = size / max(height, width)
+    nh, nw = max(1, round(height * scale)), max(1, round(width * scale))
+    return scale, (nh, nw), (int((size - nw) / 2.0), int((size - nh) / 2.0))
+
+
+class DetectionTransform:
+    """``transform(dataset, index) -> (image (3, S, S) float32 in [0, 1], target)`` with S = ``img_size``.
+
+    ``mosaic``: probability of a 4-image mosaic (training only); ``hflip``/``vflip``: flip probabilities;
+    ``scale``, ``translate``: affine ranges; ``hsv``: (hue, saturation, value) shift limits;
+    ``min_visibility``: the fraction of a box that must survive cropping to keep it.
+    """
+
+    def __init__(self, img_size: int, *, train: bool = False, mosaic: float = 1.0, hflip: float = 0.0,
+                 vflip: float = 0.0, scale: float = 0.5, translate: float = 0.1,
+                 hsv: tuple[float, float, float] = (5.0, 40.0, 30.0), min_visibility: float = 0.25,
+                 seed: int | None = None):
+        if not (isinstance(img_size, int) and img_size >= 8):
+            raise ConfigError(f"img_size={img_size!r}: give a square size in pixels, an int >= 8")
+        for name, p in (("mosaic", mosaic), ("hflip", hflip), ("vflip", vflip), ("min_visibility", min_visibility)):
+            if not 0 <= p <= 1:
+                raise ConfigError(f"{name}={p}: give a probability in [0, 1]")
+        if not 0 <= scale < 1 or not 0 <= translate <= 0.5:
+            raise ConfigError(f"scale={scale}, translate={translate}: give 0 <= scale < 1 and 0 <= translate <= 0.5")
+        self.img_size, self.train, self.min_visibility = img_size, train, min_visibility
+        self._mosaic = torch.tensor([float(mosaic) if train else 0.0]).share_memory_()
+        s = img_size
+        boxes = A.BboxParams(format="pascal_voc", label_fields=["labels"], clip=True,
+                             min_visibility=min_visibility, min_width=2 if train else 0, min_height=2 if train else 0)
+        letterbox = [A.LongestMaxSize(max_size=s, interpolation=cv2.INTER_LINEAR, p=1.0),
+                     A.PadIfNeeded(min_height=s, min_width=s, position="center", border_mode=cv2.BORDER_CONSTANT,
+                                   fill=PAD_VALUE, p=1.0)]
+        if not train:
+            self._letterbox = A.Compose(letterbox, bbox_params=boxes, strict=True, seed=seed)
+            self._pipelines: list[A.Compose] = [self._letterbox]
+            self._rng = np.random.default_rng(seed)
+            return
+        extra: list[A.BasicTransform] = []
+        if any(hsv):
+            extra.append(A.HueSaturationValue(hue_shift_limit=hsv[0], sat_shift_limit=hsv[1], val_shift_limit=hsv[2],
+                                              p=1.0))
+        if hflip > 0:
+            extra.append(A.HorizontalFlip(p=hflip))
+        if vflip > 0:
+            extra.append(A.VerticalFlip(p=vflip))
+        affine = A.Affine(scale=(1 - scale, 1 + scale), translate_percent=(-translate, translate),
+                          interpolation=cv2.INTER_LINEAR, border_mode=cv2.BORDER_CONSTANT, fill=PAD_VALUE, p=1.0)
+        self._letterbox = A.Compose([*letterbox, affine, *extra], bbox_params=boxes, strict=True, seed=seed)
+        # the mosaic canvas is 2S x 2S: scale about its centre, then keep the centre S x S
+        self._mosaic_tail = A.Compose([affine, A.CenterCrop(height=s, width=s), *extra], bbox_params=boxes,
+                                      strict=True, seed=None if seed is None else seed + 1)
+        self._pipelines = [self._letterbox, self._mosaic_tail]
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def mosaic(self) -> float:
+        """Probability of a mosaic; setting it reaches DataLoader workers (shared memory)."""
+        return float(self._mosaic[0])
+
+    @mosaic.setter
+    def mosaic(self, p: float) -> None:
+        if not 0 <= float(p) <= 1:
+            raise ConfigError(f"mosaic={p}: give a probability in [0, 1]")
+        self._mosaic[0] = float(p) if self.train else 0.0
+
+    def close_mosaic(self) -> None:
+        """No more mosaics (the usual switch for the last epochs)."""
+        self.mosaic = 0.0
+
+    def set_random_seed(self, seed: int) -> None:
+        """Reseed the mosaic choices and the albumentations pipelines (one worker, one epoch)."""
+        self._rng = np.random.default_rng(seed)
+        for i, pipeline in enumerate(self._pipelines):
+            pipeline.set_random_seed(seed + i)
+
+    def __call__(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        rec = dataset.records[index]
+        p = self.mosaic
+        if p > 0 and self._rng.random() < p:
+            image, boxes, labels = self._mosaic_image(dataset, index)
+            out = self._mosaic_tail(image=image, bboxes=boxes, labels=labels)
+            scale, pad = 1.0, (0, 0)
+        else:
+            image, boxes, labels = dataset.load(index)
+            out = self._letterbox(image=image, bboxes=boxes, labels=labels)
+            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size)
+        out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
+        out_labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
+        return image_to_tensor(out["image"]), {
+            "boxes": torch.from_numpy(out_boxes), "labels": torch.from_numpy(out_labels), "image_id": rec.image_id,
+            "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad}
+
+    def _mosaic_image(self, dataset: DetectionDataset, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A 2S x 2S canvas of four images around a random centre; boxes clipped to each image's visible
+        part and dropped below ``min_visibility``."""
+        s = self.img_size
+        canvas = np.full((2 * s, 2 * s, 3), PAD_VALUE, dtype=np.uint8)
+        xc, yc = (int(v) for v in self._rng.integers(s // 2, 3 * s // 2 + 1, size=2))
+        indices = [index, *(int(i) for i in self._rng.integers(0, len(dataset), size=3))]
+        all_boxes, all_labels = [], []
+        for k, i in enumerate(indices):
+            image, boxes, labels = dataset.load(i)
+            h0, w0 = image.shape[:2]
+            r = s / max(h0, w0)
+            if r != 1:
+                image = cv2.resize(image, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=cv2.INTER_LINEAR)
+            h, w = image.shape[:2]
+            if k == 0:  # top left: the image's bottom-right corner at the centre
+                xa, ya, xb, yb = max(xc - w, 0), max(yc - h, 0), xc, yc
+                sx, sy = w - (xb - xa), h - (yb - ya)
+            elif k == 1:  # top right
+                xa, ya, xb, yb = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
+                sx, sy = 0, h - (yb - ya)
+            elif k == 2:  # bottom left
+                xa, ya, xb, yb = max(xc - w, 0), yc, xc, min(yc + h, 2 * s)
+                sx, sy = w - (xb - xa), 0
+            else:  # bottom right
+                xa, ya, xb, yb = xc, yc, min(xc + w, 2 * s), min(yc + h, 2 * s)
+                sx, sy = 0, 0
+            canvas[ya:yb, xa:xb] = image[sy:sy + (yb - ya), sx:sx + (xb - xa)]
+            if len(boxes) == 0:
+                continue
+            placed = boxes * np.float32(r) + np.array([xa - sx, ya - sy] * 2, dtype=np.float32)
+            kept = placed.copy()
+            np.clip(kept[:, 0::2], xa, xb, out=kept[:, 0::2])
+            np.clip(kept[:, 1::2], ya, yb, out=kept[:, 1::2])
+            area = (placed[:, 2] - placed[:, 0]) * (placed[:, 3] - placed[:, 1])
+            visible = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
+            ok = (visible > 0) & (visible >= self.min_visibility * area)
+            all_boxes.append(kept[ok])
+            all_labels.append(labels[ok])
+        boxes = np.concatenate(all_boxes) if all_boxes else np.zeros((0, 4), np.float32)
+        labels = np.concatenate(all_labels) if all_labels else np.zeros(0, np.int64)
+        return canvas, boxes, labels

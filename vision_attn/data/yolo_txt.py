@@ -1,0 +1,159 @@
+"""YOLO txt detection data: a data YAML (``path``, ``train``, ``val``, ``names``), ``images/`` and ``labels/``.
+
+As ultralytics reads it: ``train``/``val`` are folders of images (searched recursively), a ``.txt`` file
+listing image paths, or a list of either, relative to ``path`` (itself relative to the YAML's folder;
+the YAML's folder when absent). The labels of ``.../images/.../NAME.jpg`` are in
+``.../labels/.../NAME.txt``, one box a line: ``class cx cy w h`` normalised to [0, 1] (a polygon
+``class x1 y1 x2 y2 ...`` of three or more points gives its enclosing box). ``names`` is a list or a
+``{index: name}`` mapping. Checked on load: a line with the wrong number of columns, a value that is
+not a number, a class index not in 0..nc-1: errors naming the file and line; a missing image listed
+in a ``.txt`` file: an error naming it. An image without a label file, or with an empty one, is a
+negative. Boxes partly outside the image are clipped and counted, degenerate ones dropped and counted
+(``dataset.stats``). Image ids are 1..N in file order; ``category_ids`` are ``index + 1``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+from PIL import Image
+
+from vision_attn.data.detection import (
+    DetectionDataset,
+    DetectionRecord,
+    DetectionStats,
+    clip_boxes,
+)
+from vision_attn.data.folder import IMAGE_EXTENSIONS
+from vision_attn.errors import DataError
+
+__all__ = ["YoloDetection", "read_data_yaml", "label_path"]
+
+
+def read_data_yaml(file: str | Path) -> tuple[dict[str, Any], Path, list[str]]:
+    """The data YAML ``file`` as (its mapping, the data root, the class names in index order)."""
+    file = Path(file)
+    if not file.is_file():
+        raise DataError(f"data YAML {file}: no such file; give a YAML with path, train, val and names")
+    try:
+        doc = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as e:
+        raise DataError(f"data YAML {file}: not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"data YAML {file}: expected a mapping with path, train, val and names")
+    if "names" not in doc:
+        raise DataError(f"data YAML {file}: 'names' is missing; list the class names (index 0 first)")
+    raw = doc["names"]
+    if isinstance(raw, dict):
+        keys = sorted(raw)
+        if keys != list(range(len(keys))):
+            raise DataError(f"data YAML {file}: names keys {keys[:10]} should be the class indices 0..{len(keys) - 1}")
+        names = [str(raw[k]) for k in keys]
+    elif isinstance(raw, list) and raw:
+        names = [str(n) for n in raw]
+    else:
+        raise DataError(f"data YAML {file}: names should be a non-empty list or an {{index: name}} mapping")
+    if "nc" in doc and doc["nc"] != len(names):
+        raise DataError(f"data YAML {file}: nc is {doc['nc']} but names lists {len(names)} classes; make them agree")
+    root = Path(doc.get("path") or ".")
+    if not root.is_absolute():
+        root = file.parent / root
+    return doc, root, names
+
+
+def label_path(image: Path) -> Path:
+    """``.../images/.../NAME.ext`` -> ``.../labels/.../NAME.txt`` (the last ``images`` folder)."""
+    parts = list(image.parts)
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "images":
+            parts[i] = "labels"
+            break
+    return Path(*parts).with_suffix(".txt")
+
+
+def _list_images(entry: str, root: Path, yaml_file: Path, key: str) -> list[Path]:
+    source = Path(entry) if Path(entry).is_absolute() else root / entry
+    if source.is_dir():
+        return sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
+    if source.suffix == ".txt" and source.is_file():
+        out = []
+        for n, line in enumerate(source.read_text().splitlines(), start=1):
+            line = line.strip()
+            if not line:
+                continue
+            p = Path(line) if Path(line).is_absolute() else (source.parent / line if line.startswith("./") else root / line)
+            if not p.is_file():
+                raise DataError(f"{source}, line {n}: image {p} not found; put it there or remove the line")
+            out.append(p)
+        return out
+    raise DataError(f"data YAML {yaml_file}: {key}: {source} is neither a folder of images nor a .txt list of them")
+
+
+def _parse_labels(file: Path, nc: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (n, 4) cx, cy, w, h normalised and classes (n,) of one label file."""
+    boxes, classes = [], []
+    for n, line in enumerate(file.read_text().splitlines(), start=1):
+        cols = line.split()
+        if not cols:
+            continue
+        if len(cols) != 5 and (len(cols) < 7 or len(cols) % 2 == 0):
+            raise DataError(f"{file}, line {n}: {len(cols)} columns; expected 5 (class cx cy w h, normalised) "
+                            f"or a polygon (class x1 y1 x2 y2 x3 y3 ...)")
+        try:
+            cls = float(cols[0])
+            values = np.array(cols[1:], dtype=np.float64)
+        except ValueError:
+            raise DataError(f"{file}, line {n}: {line.strip()!r} has a value that is not a number") from None
+        if cls != int(cls) or not 0 <= cls < nc:
+            raise DataError(f"{file}, line {n}: class index {cols[0]} is not in 0..{nc - 1} (the data YAML names "
+                            f"{nc} classes); fix the label or add the class to names")
+        if len(values) > 4:  # polygon -> enclosing box
+            xs, ys = values[0::2], values[1::2]
+            values = np.array([(xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(),
+                               ys.max() - ys.min()])
+        boxes.append(values)
+        classes.append(int(cls))
+    return np.array(boxes, dtype=np.float64).reshape(-1, 4), np.array(classes, dtype=np.int64)
+
+
+class YoloDetection(DetectionDataset):
+    """The ``split`` (a key of the data YAML: ``"train"``, ``"val"``, ``"test"``) of a YOLO txt data set."""
+
+    def __init__(self, data_yaml: str | Path, split: str = "train", *,
+                 transform: Callable[[DetectionDataset, int], Any] | None = None):
+        super().__init__(transform)
+        self.data_yaml = Path(data_yaml)
+        doc, root, self.names = read_data_yaml(self.data_yaml)
+        self.category_ids = list(range(1, len(self.names) + 1))
+        if not doc.get(split):
+            raise DataError(f"data YAML {self.data_yaml}: '{split}' is missing; give the {split} images folder "
+                            f"(relative to path: {root})")
+        entries = doc[split] if isinstance(doc[split], list) else [doc[split]]
+        images = [p for e in entries for p in _list_images(str(e), root, self.data_yaml, split)]
+        if not images:
+            raise DataError(f"data YAML {self.data_yaml}: {split} lists no images ({', '.join(map(str, entries))})")
+        stats = DetectionStats()
+        nc = len(self.names)
+        self.records = []
+        for i, path in enumerate(images, start=1):
+            with Image.open(path) as pil:  # reads the header only
+                w, h = pil.size
+            lp = label_path(path)
+            if lp.is_file():
+                cxcywh, classes = _parse_labels(lp, nc)
+            else:
+                cxcywh, classes = np.zeros((0, 4)), np.zeros(0, np.int64)
+                stats.missing_labels += 1
+            half = cxcywh[:, 2:] / 2
+            xyxy = (np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1) * [w, h, w, h]).astype(np.float32)
+            boxes, ok, changed = clip_boxes(xyxy, h, w)
+            stats.clipped += changed
+            stats.degenerate += int((~ok).sum())
+            self.records.append(DetectionRecord(path, i, h, w, boxes[ok], classes[ok]))
+        self.stats = self._finish_stats(stats)
+
+    def __repr__(self) -> str:
+        return f"YoloDetection({os.fspath(self.data_yaml)!r}, {len(self)} images, {len(self.names)} classes)"

@@ -1,0 +1,199 @@
+"""COCO box mAP on per-image box lists, built in memory (pycocotools or faster-coco-eval).
+
+``coco_map(ground_truth, detections, names=..., category_ids=...)`` takes, per image,
+ground truth ``{image_id, boxes (n, 4) xyxy in original pixels, labels (n,) class indices, orig_size (h, w)}``
+and detections ``{image_id, boxes (m, 4) xyxy, scores (m,), labels (m,) class indices}`` (tensors or
+arrays; an image missing from ``detections`` has none). Class index ``k`` becomes COCO category
+``category_ids[k]``; boxes become ``[x, y, w, h]``; annotations get ids from 1, ``iscrowd`` 0 and their
+box area (the traps that silently change COCO's numbers). No detections at all give AP 0 (``loadRes([])``
+would raise). ``backend="faster"`` runs faster-coco-eval's C++ evaluator on the same objects and gives the
+same numbers. Printing of either library is suppressed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from vision_attn.errors import ConfigError, DataError
+
+__all__ = ["CocoResult", "coco_map", "check_category_mapping"]
+
+Backend = Literal["pycocotools", "faster"]
+
+
+@dataclass
+class CocoResult:
+    """COCO box AP: ``map`` (AP@[.5:.95]), ``map50``, ``map75``, and per class ``(name, AP, AP50, n_gt)``
+    (AP is NaN for a class without ground truth; such classes do not count in the mean)."""
+
+    map: float
+    map50: float
+    map75: float
+    per_class: list[tuple[str, float, float, int]] = field(default_factory=list)
+    stats: list[float] = field(default_factory=list)  # COCOeval's 12 summary numbers (-1: undefined)
+
+    def table(self) -> str:
+        """A plain-text table, one row per class and an ``all`` row."""
+        width = max([len("class"), *(len(n) for n, *_ in self.per_class)])
+        lines = [f"{'class':<{width}}  {'AP50-95':>7}  {'AP50':>7}  {'boxes':>6}"]
+        for name, ap, ap50, n in self.per_class:
+            fmt = (lambda v: f"{v:7.4f}" if not math.isnan(v) else f"{'-':>7}")
+            lines.append(f"{name:<{width}}  {fmt(ap)}  {fmt(ap50)}  {n:>6}")
+        total = sum(n for *_, n in self.per_class)
+        lines.append(f"{'all':<{width}}  {self.map:7.4f}  {self.map50:7.4f}  {total:>6}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{map, map50, map75, per_class: {name: {ap, ap50, boxes}}}`` (NaN as None)."""
+        clean = (lambda v: None if math.isnan(v) else v)
+        return {"map": self.map, "map50": self.map50, "map75": self.map75,
+                "per_class": {n: {"ap": clean(ap), "ap50": clean(ap50), "boxes": k} for n, ap, ap50, k in self.per_class}}
+
+
+def check_category_mapping(names: Sequence[str], category_ids: Sequence[int]) -> list[int]:
+    """ConfigError unless ``category_ids`` gives one distinct positive COCO id per class name."""
+    ids = [int(c) for c in category_ids]
+    if len(ids) != len(names):
+        raise ConfigError(f"category_ids has {len(ids)} ids but names lists {len(names)} classes; give one COCO "
+                          f"category id per class index (the dataset's category_ids)")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"category_ids {ids} repeat an id; each class needs its own COCO category id")
+    if min(ids, default=1) < 1:
+        raise ConfigError(f"category_ids {ids} contain {min(ids)}; COCO category ids start at 1 (0-based class "
+                          f"indices used as ids break the evaluation): use the dataset's category_ids")
+    return ids
+
+
+def _array(value: Any, dtype: Any, shape_tail: tuple[int, ...], what: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().float().cpu().numpy() if value.is_floating_point() else value.cpu().numpy()
+    arr = np.asarray(value, dtype=dtype)
+    if arr.size == 0:
+        return arr.reshape(0, *shape_tail)
+    if arr.shape[1:] != shape_tail or arr.ndim != 1 + len(shape_tail):
+        raise DataError(f"{what}: shape {tuple(arr.shape)}, expected (n{''.join(f', {d}' for d in shape_tail)})")
+    return arr
+
+
+def _labels(value: Any, n: int, nc: int, what: str, hint: str) -> np.ndarray:
+    labels = _array(value, np.int64, (), what)
+    if len(labels) != n:
+        raise DataError(f"{what}: {len(labels)} labels for {n} boxes")
+    bad = labels[(labels < 0) | (labels >= nc)]
+    if len(bad):
+        raise DataError(f"{what}: label {int(bad[0])} is not a class index 0..{nc - 1}; {hint}")
+    return labels
+
+
+def _xywh(boxes: np.ndarray, what: str) -> np.ndarray:
+    if len(boxes) and ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])).any():
+        raise DataError(f"{what}: a box has x2 < x1 or y2 < y1; boxes must be xyxy (x1, y1, x2, y2) pixels")
+    out = boxes.astype(np.float64)
+    out[:, 2:] -= out[:, :2]
+    return out
+
+
+def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]],
+           names: Sequence[str], ids: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]], np.ndarray]:
+    nc = len(names)
+    images, annotations = [], []
+    seen: set[int] = set()
+    n_gt = np.zeros(nc, np.int64)
+    for g in ground_truth:
+        iid = int(g["image_id"])
+        if iid in seen:
+            raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
+        seen.add(iid)
+        h, w = (int(v) for v in g["orig_size"])
+        what = f"ground truth of image_id {iid}"
+        boxes = _array(g["boxes"], np.float64, (4,), what)
+        labels = _labels(g["labels"], len(boxes), nc, what, "labels are class indices (0-based), not category ids")
+        images.append({"id": iid, "width": w, "height": h})
+        xywh = _xywh(boxes, what)
+        n_gt += np.bincount(labels, minlength=nc)
+        start = len(annotations) + 1  # annotation ids from 1: an id of 0 silently halves AP
+        annotations += [{"id": start + j, "image_id": iid, "category_id": ids[c], "bbox": b,
+                         "area": b[2] * b[3], "iscrowd": 0}
+                        for j, (b, c) in enumerate(zip(xywh.tolist(), labels.tolist()))]
+    results: list[dict[str, Any]] = []
+    for d in detections:
+        iid = int(d["image_id"])
+        what = f"detections of image_id {iid}"
+        if iid not in seen:
+            raise DataError(f"{what}: no such image in the ground truth; evaluate detections of the same images")
+        boxes = _array(d["boxes"], np.float64, (4,), what)
+        scores = _array(d["scores"], np.float64, (), what)
+        if len(scores) != len(boxes):
+            raise DataError(f"{what}: {len(scores)} scores for {len(boxes)} boxes")
+        labels = _labels(d["labels"], len(boxes), nc, what,
+                         "detections must carry class indices 0..nc-1 (not COCO category ids); "
+                         "check the model's num_classes against the data's names")
+        results += [{"image_id": iid, "category_id": ids[c], "bbox": b, "score": s}
+                    for b, s, c in zip(_xywh(boxes, what).tolist(), scores.tolist(), labels.tolist())]
+    categories = [{"id": cid, "name": str(n)} for cid, n in zip(ids, names)]
+    return {"images": images, "annotations": annotations, "categories": categories}, results, n_gt
+
+
+def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: Backend,
+              max_dets: int) -> tuple[np.ndarray, list[float]]:
+    """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers."""
+    if backend == "pycocotools":
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+    elif backend == "faster":
+        try:
+            from faster_coco_eval import COCO
+            from faster_coco_eval import COCOeval_faster as COCOeval
+        except ImportError:
+            raise ConfigError("backend='faster' needs faster-coco-eval (pip install faster-coco-eval); "
+                              "or use backend='pycocotools'") from None
+    else:
+        raise ConfigError(f"backend={backend!r}: choose pycocotools or faster")
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO()
+        gt.dataset = dataset
+        gt.createIndex()
+        dt = gt.loadRes(results)
+        kwargs = {"print_function": lambda *a, **k: None} if backend == "faster" else {}
+        ev = COCOeval(gt, dt, "bbox", **kwargs)
+        ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return np.asarray(ev.eval["precision"]), [float(v) for v in ev.stats[:12]]
+
+
+def _mean(p: np.ndarray) -> float:
+    valid = p[p > -1]
+    return float(valid.mean()) if valid.size else float("nan")
+
+
+def coco_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]], *,
+             names: Sequence[str], category_ids: Sequence[int], backend: Backend = "pycocotools",
+             max_dets: int = 100) -> CocoResult:
+    """COCO box AP of ``detections`` against ``ground_truth`` (see the module docstring).
+
+    ``names``/``category_ids``: the data set's classes and their COCO ids; ``max_dets``: detections kept
+    per image (by score) for AP, COCO's 100 by default."""
+    ids = check_category_mapping(names, category_ids)
+    if max_dets < 1:
+        raise ConfigError(f"max_dets={max_dets}: give the number of detections per image to keep, at least 1")
+    dataset, results, n_gt = _build(ground_truth, detections, names, ids)
+    nc = len(names)
+    if not results:  # loadRes([]) raises in pycocotools: nothing detected is AP 0 wherever there is ground truth
+        per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
+        return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
+    precision, stats = _evaluate(dataset, results, backend, max_dets)
+    # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, 4 area ranges, 3 max-dets)
+    order = np.argsort(ids)  # COCOeval's category axis follows sorted ids; map it back to class indices
+    p = np.empty_like(precision[:, :, :, 0, -1])
+    p[:, :, order] = precision[:, :, :, 0, -1]
+    per = [(str(names[k]), _mean(p[:, :, k]), _mean(p[0, :, k]), int(n_gt[k])) for k in range(nc)]
+    overall = [_mean(p), _mean(p[0]), _mean(p[5])]
+    return CocoResult(*(0.0 if math.isnan(v) else v for v in overall), per, stats)
