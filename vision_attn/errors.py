@@ -5,7 +5,7 @@ The command line prints the message on one line and exits with status 2.
 """
 from __future__ import annotations
 
-__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError"]
+__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "ExportError"]
 
 
 class VisionAttnError(Exception):
@@ -26,3 +26,7 @@ class CheckpointError(VisionAttnError, RuntimeError):
 
 class TrainingError(VisionAttnError, RuntimeError):
     """Training cannot go on: a loss that is NaN or infinite, a run folder in the way of a new run."""
+
+
+class ExportError(VisionAttnError, RuntimeError):
+    """An exported model does not reproduce PyTorch's outputs within tolerance, or cannot be run."""

@@ -9,7 +9,8 @@ ViT forward pass about 1.9x faster here (docs/benchmarks.md).
 
 The fast path is taken only where it is exactly a drop-in: CPU tensors in float32 or bfloat16, no
 autograd graph being recorded (the op has no derivative), outside autocast, tracing, ONNX export and
-torch.compile (which fuse by themselves). Everywhere else, and when the op is missing or fails a
+torch.compile (which fuse by themselves). A layer whose ``weight`` is not a tensor (PyTorch's dynamically
+quantized ``Linear``, where it is a method) is called as it is. Everywhere else, and when the op is missing or fails a
 one-off self-check, it is ``F.linear``. ``VISION_ATTN_ONEDNN=0`` or :func:`set_onednn_linear` turns it off.
 """
 from __future__ import annotations
@@ -68,6 +69,9 @@ def _fast_path(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> torch.Tensor:
     """``act(layer(x))`` over the last dimension; on the CPU at inference, one fused oneDNN call
     when ``act`` is ``None`` or ``nn.GELU`` (any other activation runs after the fused linear)."""
+    if not isinstance(layer.weight, torch.Tensor):  # a swapped-in module, e.g. a dynamically quantized Linear
+        y = layer(x)
+        return y if act is None else act(y)
     if _fast_path(x, layer.weight):
         fused_gelu = isinstance(act, nn.GELU)
         y = torch.ops.mkldnn._linear_pointwise(

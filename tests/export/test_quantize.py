@@ -1,0 +1,72 @@
+"""Dynamic INT8: onnxruntime's quantizer (the kept path) and PyTorch's (deprecated, compared), and the
+`export quantize` command on a run checkpoint with the accuracy on demo:digits' val folder."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+
+import vision_attn  # noqa: E402
+from vision_attn.cli import main  # noqa: E402
+from vision_attn.export import export_onnx  # noqa: E402
+from vision_attn.export.quantize import onnx_predictor, quantize_onnx, quantize_torch  # noqa: E402
+
+KW = {"img_size": 16, "patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2, "num_classes": 10}
+
+
+def test_onnx_int8_is_smaller_and_close(tmp_path):
+    model = vision_attn.create_model("vit_tiny_patch16_224", **KW).eval()
+    fp32 = export_onnx(model, tmp_path / "m.onnx", (16, 16), dynamic_batch=True, exporter="torchscript").path
+    int8 = quantize_onnx(fp32, tmp_path / "m.int8.onnx")
+    assert int8.stat().st_size < 0.6 * fp32.stat().st_size
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        ref = model(x)
+    out = onnx_predictor(int8)(x)
+    assert out.shape == (4, 10)
+    assert 0 < (out - ref).abs().max() < 0.1 * ref.abs().max()  # quantized: changed, but a little
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.int8.onnx", "m.onnx"]
+
+
+@pytest.mark.parametrize("name,kw", [("vit_tiny_patch16_224", KW),
+                                     ("swin_tiny_patch4_window7_224", {"img_size": 64, "window_size": 4,
+                                                                       "embed_dim": 32, "depths": (1, 1, 1, 1),
+                                                                       "num_heads": (1, 2, 2, 4), "num_classes": 10})])
+def test_torch_dynamic_quantization_runs_our_layers(name, kw):
+    """PyTorch's quantized Linear (weight is a method) goes through layers.linear and Swin's head."""
+    model = vision_attn.create_model(name, **kw).eval()
+    q = quantize_torch(model)
+    assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in q.modules())
+    x = torch.randn(2, 3, kw["img_size"], kw["img_size"])
+    with torch.no_grad():
+        ref, out = model(x), q(x)
+    assert out.shape == ref.shape == (2, 10)
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max() + 1e-3
+
+
+def fake_run_checkpoint(path):
+    """A run checkpoint as training writes it (model name, arguments, classes, data settings, weights)."""
+    model = vision_attn.create_model("vit_tiny_patch16_224", **KW)
+    kwargs = {k: v for k, v in KW.items() if k not in ("img_size", "num_classes")}
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "hyper_parameters": {"name": "vit_tiny_patch16_224", "model_kwargs": kwargs, "num_classes": 10,
+                                     "img_size": 16, "class_names": [str(i) for i in range(10)]},
+                "datamodule_hyper_parameters": {"img_size": 16, "crop_pct": 1.0}}, path)
+    return path
+
+
+def test_cli_quantize_reports_accuracy_and_latency(tmp_path, capsys):
+    ckpt = fake_run_checkpoint(tmp_path / "best.ckpt")
+    out = tmp_path / "m.int8.onnx"
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--exporter", "torchscript",
+                 "--rounds", "2", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert out.is_file() and "top-1 on 359 images" in text and "latency ms, batch 8" in text and "pts" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt", "m.int8.onnx"]  # the FP32 file was temporary
+
+
+def test_cli_quantize_data_needs_a_run(tmp_path, capsys):
+    assert main(["export", "quantize", "--model", "vit_tiny_patch16_224", "--data", "demo:digits",
+                 "-o", str(tmp_path / "q.onnx")]) == 2
+    assert "--data needs a trained classifier" in capsys.readouterr().err

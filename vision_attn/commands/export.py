@@ -1,0 +1,195 @@
+"""``vision-attn export onnx|quantize``: an ONNX file of a classifier or detector, checked in
+onnxruntime, and its dynamic INT8 version with the latency and accuracy change (parsing and printing
+only; see vision_attn.export)."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+
+from rich.console import Console
+from rich.table import Table
+
+from vision_attn.errors import ConfigError
+
+DEFAULT_OPSET = 18  # vision_attn.export.DEFAULT_OPSET, repeated so that --help does not import torch
+
+
+def _source_args(args: argparse.Namespace) -> dict:
+    return {"model": args.model, "checkpoint": args.checkpoint, "yaml": args.yaml, "scale": args.scale,
+            "img_size": args.img_size}
+
+
+def _check_folder(output: str) -> str:
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"-o {output}: the folder {folder} does not exist; create it first (nothing was written)")
+    return folder
+
+
+def _print_parity(report, console: Console) -> None:
+    table = Table(title="onnxruntime vs PyTorch: max abs difference")
+    table.add_column("input")
+    table.add_column("shape")
+    for k in report.tolerances:
+        table.add_column(f"{k} (tol {report.tolerances[k]:g})", justify="right")
+    for c in report.checks:
+        table.add_row(c.input, "x".join(map(str, c.shape)), *[f"{c.diffs[k]:.2e}" for k in report.tolerances])
+    console.print(table)
+    for c in report.checks:
+        if c.exact and any(c.diffs[k] > t for k, t in report.tolerances.items()):
+            console.print(f"{c.input}: against a float64 PyTorch run, onnxruntime is " +
+                          ", ".join(f"{k} {c.exact[k]:.2e}" for k in report.tolerances) + " off and PyTorch float32 " +
+                          ", ".join(f"{k} {c.own[k]:.2e}" for k in report.tolerances) +
+                          ": within 4x float32's own rounding (docs/deploy.md)", markup=False, soft_wrap=True)
+
+
+def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from vision_attn.export import export_onnx, load_deployable
+    from vision_attn.export.verify import verify_onnx
+
+    if args.output is None:
+        raise ConfigError("export onnx: say where to write the file with -o OUT.onnx")
+    _check_folder(args.output)
+    dep = load_deployable(**_source_args(args))
+    for note in dep.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    model, exporter = dep.model, args.exporter or "dynamo"
+    outputs = ["boxes_scores"] if dep.kind == "detector" else ["logits"]
+    out_desc = ("(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
+                if dep.kind == "detector" else "(B, classes) logits")
+    if args.nms:
+        from vision_attn.export.nms import DetectorWithNMS
+
+        if dep.kind != "detector":
+            raise ConfigError("--nms applies to detectors (--yaml); a classifier has no boxes")
+        if args.dynamic_batch or args.exporter == "dynamo":
+            raise ConfigError("--nms exports one image per call with the TorchScript exporter (torch.export cannot "
+                              "hold a data-dependent box count): drop --dynamic-batch and --exporter dynamo")
+        model, exporter = DetectorWithNMS(dep.model, conf=args.conf, iou=args.iou, max_det=args.max_det).eval(), \
+            "torchscript"
+        outputs = ["detections"]
+        out_desc = f"(N, 6): x1, y1, x2, y2, score, class after NMS (conf {args.conf}, IoU {args.iou})"
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    result = export_onnx(model, args.output, dep.input_size, dynamic_batch=args.dynamic_batch, opset=args.opset,
+                         exporter=exporter, output_names=outputs)
+    h, w = dep.input_size
+    shape = f"({'B' if args.dynamic_batch else 1}, 3, {h}, {w})"
+    console.print(f"{dep.label}: {args.output}  opset {result.opset}, {exporter} exporter, {result.nodes} nodes, "
+                  f"{os.path.getsize(args.output) / 2**20:.1f} MiB, {result.seconds:.1f} s", markup=False, soft_wrap=True)
+    console.print(f"input '{result.input_name}' {shape} float32; output '{result.output_names[0]}' {out_desc}",
+                  markup=False, soft_wrap=True)
+    if args.verify:
+        report = verify_onnx(args.output, dep, batches=(1, 3) if args.dynamic_batch else (1,), model=model)
+        _print_parity(report, console)
+        console.print("parity: ok (every difference within tolerance)")
+    return 0
+
+
+def _latency_ms(steps: dict, batch: int, rounds: int) -> dict[str, float]:
+    from vision_attn.analysis.benchmark import alternate
+
+    for fn in steps.values():  # warm-up
+        fn()
+    rows = alternate(steps, rounds=rounds, iters=1, items=batch)
+    return {k: 1e3 * batch / statistics.median(r[k] for r in rows) for k in steps}
+
+
+def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from vision_attn.data import eval_transforms
+    from vision_attn.export import export_onnx, load_deployable
+    from vision_attn.export.quantize import folder_accuracy, onnx_predictor, quantize_onnx
+
+    if args.output is None:
+        raise ConfigError("export quantize: say where to write the INT8 file with -o OUT.int8.onnx")
+    if args.yaml is not None:
+        raise ConfigError("export quantize covers classifiers (ViT, DeiT, Swin): their linear layers; "
+                          "a convolutional detector gains little from dynamic INT8: export it with `export onnx`")
+    _check_folder(args.output)
+    dep = load_deployable(**_source_args(args))
+    for note in dep.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if args.data is not None and dep.classes is None:
+        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME/best.ckpt (its class "
+                          "names map the folder's classes to outputs)")
+    folder = _check_folder(args.output)
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".fp32-") as tmp:
+        fp32_path = args.fp32_output or os.path.join(tmp, "model.onnx")
+        export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=args.opset,
+                    exporter=args.exporter or "dynamo")
+        quantize_onnx(fp32_path, args.output)
+        fp32, int8 = onnx_predictor(fp32_path), onnx_predictor(args.output)
+        table = Table(title=f"{dep.label}: dynamic INT8 (onnxruntime) vs FP32")
+        table.add_column("quantity")
+        table.add_column("FP32", justify="right")
+        table.add_column("INT8", justify="right")
+        table.add_column("change", justify="right")
+        size32, size8 = os.path.getsize(fp32_path) / 2**20, os.path.getsize(args.output) / 2**20
+        table.add_row("file MiB", f"{size32:.2f}", f"{size8:.2f}", f"{size8 / size32:.2f}x")
+        x = torch.randn(args.batch, 3, *dep.input_size)
+        ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, args.batch, args.rounds)
+        table.add_row(f"latency ms, batch {args.batch}", f"{ms['fp32']:.2f}", f"{ms['int8']:.2f}",
+                      f"{ms['fp32'] / ms['int8']:.2f}x faster")
+        if args.data is not None:
+            transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
+            acc32, n = folder_accuracy(fp32, args.data, transform, dep.classes)
+            acc8, _ = folder_accuracy(int8, args.data, transform, dep.classes)
+            table.add_row(f"top-1 on {n} images", f"{100 * acc32:.2f}%", f"{100 * acc8:.2f}%",
+                          f"{100 * (acc8 - acc32):+.2f} pts")
+    console.print(table)
+    console.print(f"INT8 model: {args.output} (torch.set_num_threads {torch.get_num_threads()}; "
+                  "latency: median over alternating rounds)", markup=False, soft_wrap=True)
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``export onnx`` and ``export quantize``."""
+    from vision_attn.cli import _ImgSize
+
+    p = sub.add_parser("export", help="ONNX export with onnxruntime parity check; INT8 quantization",
+                       description="Deploy a classifier or detector: `export onnx` writes an ONNX file (checked "
+                       "in onnxruntime with --verify); `export quantize` writes its dynamic INT8 version and "
+                       "reports the latency and accuracy change.")
+    fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    for name, help_text in (("onnx", "an ONNX file, optionally verified against PyTorch in onnxruntime"),
+                            ("quantize", "dynamic INT8 ONNX (onnxruntime) of a ViT/Swin's linear layers")):
+        q = fmt.add_parser(name, help=help_text, description=help_text)
+        src = q.add_argument_group("what to export (one of --model, --checkpoint, --yaml)")
+        src.add_argument("--model", help="registered model name, e.g. vit_tiny_patch16_224 (random weights "
+                         "unless --checkpoint gives a state dict)")
+        src.add_argument("--checkpoint", help="a run's best.ckpt (or run folder), or with --model/--yaml a "
+                         "state dict file")
+        src.add_argument("--yaml", help="a detector YAML (ultralytics schema)")
+        src.add_argument("--scale", help="the YAML's scale letter (n, s, m, ...)")
+        q.add_argument("-o", "--output", help="the .onnx file to write")
+        q.add_argument("--img-size", type=int, nargs="+", metavar="N", action=_ImgSize,
+                       help="input size N or H W (default: the model's, a run's, or 640 for detectors)")
+        q.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+        q.add_argument("--exporter", choices=("dynamo", "torchscript"), default=None,
+                       help="torch.export-based (default; torchscript with --nms) or the legacy TorchScript "
+                       "tracer (faster to export)")
+        q.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+        if name == "onnx":
+            q.add_argument("--dynamic-batch", action="store_true", help="symbolic batch size (default: 1)")
+            q.add_argument("--verify", action="store_true",
+                           help="run onnxruntime and PyTorch on random inputs and china.jpg; exit 2 above "
+                           "1e-4 (1e-3 for detector boxes in pixels)")
+            q.add_argument("--nms", action="store_true", help="detectors: NMS inside the graph, output (N, 6) "
+                           "x1 y1 x2 y2 score class for one image (TorchScript exporter)")
+            q.add_argument("--conf", type=float, default=0.25, help="--nms: lowest class probability kept (0.25)")
+            q.add_argument("--iou", type=float, default=0.7, help="--nms: IoU threshold (0.7)")
+            q.add_argument("--max-det", type=int, default=300, help="--nms: detections kept at most (300)")
+            q.set_defaults(func=_cmd_onnx)
+        else:
+            q.add_argument("--data", help="labelled folder (class folders, or its val/) or demo:digits: "
+                           "top-1 of FP32 and INT8")
+            q.add_argument("--fp32-output", help="also keep the FP32 .onnx here (default: a temporary file)")
+            q.add_argument("--batch", type=int, default=8, help="batch size of the latency figure (default 8)")
+            q.add_argument("--rounds", type=int, default=10, help="timed rounds, alternating (default 10)")
+            q.set_defaults(func=_cmd_quantize)

@@ -1,0 +1,110 @@
+"""Dynamic INT8 quantization of the linear layers of a ViT or Swin, and what it costs and saves.
+
+Two ways, both dynamic (weights stored as int8, activations quantized per call, no calibration set):
+
+- onnxruntime (:func:`quantize_onnx`): ``onnxruntime.quantization.quantize_dynamic`` rewrites the
+  MatMul/Gemm nodes of an exported FP32 graph into MatMulInteger/DynamicQuantizeLinear; the result is a
+  new .onnx file, about a quarter of the size. This is the path ``vision-attn export quantize`` takes.
+- PyTorch (:func:`quantize_torch`): ``torch.ao.quantization.quantize_dynamic`` swaps ``nn.Linear`` for
+  its quantized twin. Deprecated in torch 2.14 (its warning says it moves to torchao); kept to compare.
+
+:func:`folder_accuracy` measures top-1 of any ``images -> logits`` callable on a labelled folder.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from vision_attn.errors import ConfigError, DataError, ExportError
+
+__all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor"]
+
+
+def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """``src`` (an FP32 .onnx) with int8 weights for its MatMul and Gemm nodes, written atomically to ``dst``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from vision_attn.export.onnx import publish
+
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ConfigError(f"{src}: no such ONNX file")
+    if not dst.parent.is_dir():
+        raise ConfigError(f"-o {dst}: the folder {dst.parent} does not exist; create it first (nothing was written)")
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp.onnx")
+    os.close(fd)
+    try:
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # its advice to run onnxruntime's pre-processing first, on every call
+        try:
+            quantize_dynamic(str(src), tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's quantizer raises many types
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ExportError(f"{src}: onnxruntime's dynamic quantization failed ({detail[:300]})") from None
+        finally:
+            root.setLevel(level)
+        publish(tmp, dst)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dst
+
+
+def _torch_quantizable(model: nn.Module) -> set[str]:
+    """Names of the ``nn.Linear`` modules that are called as modules. Swin's window attention reads its
+    ``qkv`` weight directly (to reorder it by head), so that one stays FP32."""
+    from vision_attn.layers.window_attention import WindowAttention
+
+    direct = {f"{name}.qkv" if name else "qkv" for name, m in model.named_modules() if isinstance(m, WindowAttention)}
+    return {name for name, m in model.named_modules() if type(m) is nn.Linear and name not in direct}
+
+
+def quantize_torch(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with its linear layers dynamically quantized to int8 (PyTorch's deprecated
+    eager-mode API; its deprecation warnings are silenced here and documented in docs/deploy.md)."""
+    import copy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(copy.deepcopy(model).eval(), _torch_quantizable(model), dtype=torch.qint8)
+
+
+def onnx_predictor(path: str | os.PathLike, threads: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``images (B, 3, H, W) -> logits`` through an onnxruntime session of ``path``."""
+    from vision_attn.export.onnx import onnx_session, run_onnx
+
+    session = onnx_session(path, threads)
+    return lambda x: run_onnx(session, x)[0]
+
+
+@torch.no_grad()
+def folder_accuracy(predict: Callable[[torch.Tensor], torch.Tensor], data: str | os.PathLike,
+                    transform: Callable, classes: list[str], *, batch_size: int = 64) -> tuple[float, int]:
+    """(top-1, images) of ``predict`` on ``data``: its ``val/`` folder if it has one (``demo:digits``
+    included), else its class folders; the folder's classes must be among ``classes``."""
+    from torch.utils.data import DataLoader
+
+    from vision_attn.data import ImageFolder, resolve_root, scan_folder
+
+    root = resolve_root(data)
+    folder = root / "val" if (root / "val").is_dir() else root
+    if not folder.is_dir():
+        raise DataError(f"--data {data}: no such folder; give a folder of class folders or demo:digits")
+    scan = scan_folder(folder, classes=classes, role="eval")
+    loader = DataLoader(ImageFolder(scan.samples, classes, transform), batch_size=batch_size)
+    correct = total = 0
+    for x, y in loader:
+        correct += int((predict(x).argmax(dim=-1) == y).sum())
+        total += len(y)
+    if total == 0:
+        raise DataError(f"--data {data}: no images found in {folder}")
+    return correct / total, total

@@ -1,0 +1,144 @@
+"""The network to deploy, from a model name, a checkpoint or a detector YAML, in eval mode with the
+input size it is exported at and how a real image is prepared for it.
+
+- ``model=NAME``: :func:`vision_attn.create_model` (random weights), or with ``checkpoint=FILE`` a
+  plain state dict in any layout ``create_model(pretrained=...)`` recognises; a file of another
+  architecture is refused with the keys that do not fit.
+- ``checkpoint=RUN`` alone: a classification run's ``best.ckpt``/``last.ckpt`` (or its folder), with
+  its own image size and normalisation (:func:`vision_attn.tasks.inference.load_classifier`).
+- ``yaml=FILE``: :func:`vision_attn.build_detector`; with ``checkpoint`` a state dict loaded strictly.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import torch
+from torch import nn
+
+from vision_attn.errors import CheckpointError, ConfigError
+
+__all__ = ["Deployable", "load_deployable", "IMAGENET_MEAN", "IMAGENET_STD", "DETECTOR_SIZE"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+DETECTOR_SIZE = 640
+
+
+@dataclass
+class Deployable:
+    """An eval-mode network, its kind, its export input size (H, W) and its image normalisation
+    (classifiers: ``(x / 255 - mean) / std``; detectors: ``x / 255`` on a letterboxed image)."""
+
+    model: nn.Module
+    kind: Literal["classifier", "detector"]
+    input_size: tuple[int, int]
+    label: str
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    notes: list[str] = field(default_factory=list)
+    transform: Callable[..., dict[str, Any]] | None = None  # a run's evaluation pipeline (albumentations)
+    classes: list[str] | None = None
+
+
+def _hw(img_size: int | tuple[int, int] | list[int] | None) -> tuple[int, int] | None:
+    if img_size is None:
+        return None
+    if isinstance(img_size, int):
+        return (img_size, img_size)
+    sizes = [int(s) for s in img_size]
+    return (sizes[0], sizes[0]) if len(sizes) == 1 else (sizes[0], sizes[1])
+
+
+def _configured_size(model: nn.Module) -> tuple[int, int]:
+    embed = getattr(model, "patch_embed", None)
+    size = getattr(embed, "img_size", None)
+    return tuple(int(s) for s in size) if size is not None else (224, 224)  # type: ignore[return-value]
+
+
+def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:
+    import vision_attn
+
+    notes: list[str] = []
+    try:
+        model = vision_attn.create_model(name, pretrained=checkpoint, img_size=size)
+    except ConfigError as e:
+        if size is None:
+            raise
+        # e.g. Swin at 192x256: its windows need a configured size they divide; any input size runs padded
+        model = vision_attn.create_model(name, pretrained=checkpoint)
+        notes.append(f"{name} cannot be configured for {size[0]}x{size[1]} ({str(e).split(':')[0]}); "
+                     f"built at its default {'x'.join(map(str, _configured_size(model)))}, inputs of "
+                     f"{size[0]}x{size[1]} run padded")
+    if checkpoint is None:
+        notes.append("random weights (no --checkpoint): the outputs mean nothing, the graph is real")
+    return Deployable(model.eval(), "classifier", size or _configured_size(model), name, notes=notes)
+
+
+def _run_classifier(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
+    from vision_attn.tasks.inference import load_classifier
+
+    clf = load_classifier(checkpoint)
+    run_size = _hw(clf.data_hparams.get("img_size", clf.hparams.get("img_size") or 224))
+    return Deployable(clf.model.eval(), "classifier", size or run_size, f"{clf.hparams['name']} ({checkpoint})",
+                      mean=tuple(clf.data_hparams.get("mean", IMAGENET_MEAN)),
+                      std=tuple(clf.data_hparams.get("std", IMAGENET_STD)),
+                      transform=clf.transform if size is None or size == run_size else None, classes=clf.classes)
+
+
+def _detector(yaml: str, scale: str | None, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:
+    import vision_attn
+    from vision_attn.models.checkpoint import read_state_dict
+
+    if not os.path.isfile(yaml):
+        raise ConfigError(f"--yaml {yaml}: no such YAML file")
+    model = vision_attn.build_detector(yaml, scale=scale)
+    notes = []
+    if checkpoint is not None:
+        state = read_state_dict(checkpoint)
+        expected = model.state_dict()
+        if not any(k in expected for k in state) and all(k.startswith("model.") for k in expected):
+            state = {f"model.{k}": v for k, v in state.items()}  # read_state_dict strips a "model." wrapper
+        missing = [k for k in expected if k not in state]
+        unexpected = [k for k in state if k not in expected]
+        shapes = [f"{k}: file {tuple(state[k].shape)} vs model {tuple(v.shape)}"
+                  for k, v in expected.items() if k in state and state[k].shape != v.shape]
+        if missing or unexpected or shapes:
+            parts = [f"{len(x)} {what}: {'; '.join(x[:4])}{' ...' if len(x) > 4 else ''}"
+                     for x, what in ((missing, "missing"), (unexpected, "not in the model"), (shapes, "shape mismatch"))
+                     if x]
+            raise CheckpointError(f"{checkpoint}: does not fit {yaml} at scale {model.scale or '-'} "
+                                  f"({' | '.join(parts)}); give the YAML and --scale the weights were trained with")
+        model.load_state_dict(state)
+    else:
+        notes.append("random weights (no --checkpoint): the outputs mean nothing, the graph is real")
+    stride = int(max(model.stride)) if model.stride else 32
+    size = size or (DETECTOR_SIZE, DETECTOR_SIZE)
+    if size[0] % stride or size[1] % stride:
+        raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
+                          f"largest stride {stride}, e.g. {stride * max(1, round(size[0] / stride))}")
+    return Deployable(model.eval(), "detector", size, f"{os.path.basename(yaml)} scale {model.scale or '-'}",
+                      notes=notes)
+
+
+def load_deployable(*, model: str | None = None, checkpoint: str | None = None, yaml: str | None = None,
+                    scale: str | None = None, img_size: int | tuple[int, int] | list[int] | None = None
+                    ) -> Deployable:
+    """The network named by exactly one of ``model``, ``yaml`` or a run ``checkpoint`` (see the module
+    docstring), in eval mode on the CPU. ``img_size``: N or (H, W) of the exported input."""
+    if (model is not None) + (yaml is not None) > 1:
+        raise ConfigError("give either a model name (--model) or a detector YAML (--yaml), not both")
+    if model is None and yaml is None and checkpoint is None:
+        raise ConfigError("say what to export: --model NAME, --checkpoint runs/NAME/best.ckpt or --yaml FILE")
+    if checkpoint is not None and not os.path.exists(checkpoint):
+        raise CheckpointError(f"--checkpoint {checkpoint}: no such file or run folder")
+    size = _hw(img_size)
+    if size is not None and min(size) < 1:
+        raise ConfigError(f"--img-size {size}: sides must be positive")
+    with torch.device("cpu"):
+        if yaml is not None:
+            return _detector(yaml, scale, checkpoint, size)
+        if model is not None:
+            return _classifier(model, checkpoint, size)
+        return _run_classifier(checkpoint, size)  # type: ignore[arg-type]
