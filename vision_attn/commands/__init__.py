@@ -18,4 +18,6 @@ __all__ = ["register_all"]
 def register_all(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the parsers of every module in this package to ``sub``."""
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):  # helpers of cli.py's own parsers (e.g. _detection: the det task)
+            continue
         importlib.import_module(f"{__name__}.{info.name}").register(sub)

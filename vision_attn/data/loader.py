@@ -1,15 +1,17 @@
-"""DataLoader helpers: seeded workers, and errors raised in a worker brought back as they were."""
+"""DataLoader helpers: seeded workers, the loaders the data modules build, and errors raised in a
+worker brought back as they were."""
 from __future__ import annotations
 
 import random
 import re
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from vision_attn.errors import VisionAttnError
+from vision_attn.errors import ConfigError, VisionAttnError
 
-__all__ = ["seed_worker", "unwrap_worker_error"]
+__all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_args"]
 
 _WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
@@ -39,3 +41,29 @@ def unwrap_worker_error(exc: BaseException) -> BaseException:
     last = text.rfind(marker)
     message = text[last + len(marker):].strip() if last >= 0 else text.splitlines()[-1]
     return type(exc)(message)
+
+
+def check_loader_args(batch_size: int, eval_batch_size: int | None, num_workers: int) -> None:
+    """ConfigError unless the batch sizes are positive and ``num_workers`` is 0 or more."""
+    if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
+        raise ConfigError(f"data.batch_size={batch_size}, data.eval_batch_size={eval_batch_size}: give positive "
+                          f"integers")
+    if num_workers < 0:
+        raise ConfigError(f"data.num_workers={num_workers}: give 0 (load in the main process) or more")
+
+
+def make_loader(dataset: Any, batch_size: int, *, train: bool, num_workers: int, persistent_workers: bool,
+                pin_memory: bool | None, drop_last: bool, seed: int,
+                collate_fn: Callable[[list], Any] | None = None) -> torch.utils.data.DataLoader:
+    """A DataLoader with seeded (:func:`seed_worker`), optionally persistent workers; training loaders
+    shuffle with a generator seeded by ``seed`` and may drop the last batch; ``pin_memory`` None: when
+    CUDA is available."""
+    pin = torch.cuda.is_available() if pin_memory is None else pin_memory
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=train, drop_last=train and drop_last,
+        num_workers=num_workers, persistent_workers=persistent_workers and num_workers > 0, pin_memory=pin,
+        worker_init_fn=seed_worker if num_workers > 0 else None, generator=generator if train else None,
+        collate_fn=collate_fn, prefetch_factor=4 if num_workers > 0 else None,
+    )

@@ -1,7 +1,7 @@
 """The training configuration: a YAML file plus ``--section.key value`` overrides (jsonargparse).
 
-Sections follow LightningCLI: ``model`` (:class:`ClassificationModule`'s arguments), ``data``
-(:class:`ClassificationDataModule`'s), ``trainer`` (``pytorch_lightning.Trainer``'s, passed through:
+Sections follow LightningCLI: ``model`` (:class:`ClassificationModule`'s or :class:`DetectionModule`'s
+arguments), ``data`` (:class:`ClassificationDataModule`'s or :class:`DetectionDataModule`'s), ``trainer`` (``pytorch_lightning.Trainer``'s, passed through:
 ``devices``, ``strategy``, ``num_nodes``, ``precision``, ``gradient_clip_val``, ...), and top-level
 ``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``. A key that is not known
 is a :class:`ConfigError` naming the closest known key; so is a value of the wrong type.
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from vision_attn.errors import ConfigError
 
-__all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "PRINT_CONFIG_FLAGS"]
+__all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "PRINT_CONFIG_FLAGS", "TASKS"]
 
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins"}
@@ -24,19 +24,40 @@ TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_st
                     "enable_model_summary": False}
 
 
-def build_train_parser():
-    """The jsonargparse parser of ``vision-attn train cls``."""
+TASKS = {  # task -> (module class, data module class, keys the data set fills in, description)
+    "cls": ("vision_attn.tasks.classification:ClassificationModule", "vision_attn.tasks.datamodule:ClassificationDataModule",
+            {"num_classes", "img_size", "class_names"},
+            "Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg)."),
+    "det": ("vision_attn.tasks.detection:DetectionModule", "vision_attn.tasks.det_datamodule:DetectionDataModule",
+            {"num_classes", "class_names"},
+            "Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes)."),
+}
+
+
+def _task(task: str) -> tuple[type, type, set[str], str]:
+    import importlib
+
+    if task not in TASKS:
+        raise ConfigError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    module_path, data_path, skip, description = TASKS[task]
+    classes = []
+    for path in (module_path, data_path):
+        mod, name = path.split(":")
+        classes.append(getattr(importlib.import_module(mod), name))
+    return classes[0], classes[1], skip, description
+
+
+def build_train_parser(task: str = "cls"):
+    """The jsonargparse parser of ``vision-attn train TASK`` (``cls`` or ``det``)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
     from pytorch_lightning import Trainer
 
-    from vision_attn.tasks.classification import ClassificationModule
-    from vision_attn.tasks.datamodule import ClassificationDataModule
-
+    module_cls, data_cls, skip, description = _task(task)
+    folder = "classify" if task == "cls" else "detect"
     parser = ArgumentParser(
-        prog="vision-attn train cls", exit_on_error=False, default_env=False, allow_abbrev=False,
-        description="Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg). "
-                    "Give a YAML config and override any key with --section.key value.")
-    parser.add_argument("--config", action=ActionConfigFile, help="a YAML config (configs/classify/NAME.yaml)")
+        prog=f"vision-attn train {task}", exit_on_error=False, default_env=False, allow_abbrev=False,
+        description=description + " Give a YAML config and override any key with --section.key value.")
+    parser.add_argument("--config", action=ActionConfigFile, help=f"a YAML config (configs/{folder}/NAME.yaml)")
     parser.add_argument("--name", type=str | None, default=None,
                         help="run name: the run is written to RUNS_DIR/NAME (default: the config file's name)")
     parser.add_argument("--runs_dir", type=str, default="runs", help="folder of the runs")
@@ -49,8 +70,8 @@ def build_train_parser():
     parser.add_argument("--threads", type=int | None, default=None,
                         help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
                              "plus a data worker can beat 2 threads")
-    parser.add_class_arguments(ClassificationModule, "model", skip={"num_classes", "img_size", "class_names"})
-    parser.add_class_arguments(ClassificationDataModule, "data")
+    parser.add_class_arguments(module_cls, "model", skip=skip)
+    parser.add_class_arguments(data_cls, "data")
     parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP)
     parser.set_defaults({f"trainer.{k}": v for k, v in TRAINER_DEFAULTS.items()})
     return parser
@@ -66,7 +87,7 @@ def config_keys(parser) -> list[str]:
     return sorted(set(keys))
 
 
-def _closest(key: str, keys: Sequence[str]) -> str:
+def _closest(key: str, keys: Sequence[str], task: str = "cls") -> str:
     key = key.lstrip("-").replace("-", "_")
     section = key.rsplit(".", 1)[0] if "." in key else ""
     pool = [k for k in keys if k.startswith(section + ".")] if section else list(keys)
@@ -75,22 +96,22 @@ def _closest(key: str, keys: Sequence[str]) -> str:
         tails = {k.rsplit(".", 1)[-1]: k for k in pool or keys}
         hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], tails, n=1, cutoff=0.75)
         close = [tails[hit[0]]] if hit else []
-    return f"did you mean {close[0]}?" if close else "run `vision-attn train cls --help` for the keys"
+    return f"did you mean {close[0]}?" if close else f"run `vision-attn train {task} --help` for the keys"
 
 
-def _config_error(e: Exception, keys: Sequence[str]) -> ConfigError:
+def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> ConfigError:
     text = " ".join(str(e).split())
     m = re.search(r"unrecognized arguments: (--?[\w.\-]+)", text)
     if m:
-        return ConfigError(f"unknown option {m.group(1)}: {_closest(m.group(1), keys)}")
+        return ConfigError(f"unknown option {m.group(1)}: {_closest(m.group(1), keys, task)}")
     m = re.search(r"Group '([\w.]+)' does not accept nested key '([\w.\-]+)'", text) or \
         re.search(r"Group '([\w.]+)' does not accept option '([\w.\-]+)'", text)
     if m:
         key = f"{m.group(1)}.{m.group(2)}"
-        return ConfigError(f"unknown config key {key!r}: {_closest(key, keys)}")
+        return ConfigError(f"unknown config key {key!r}: {_closest(key, keys, task)}")
     m = re.search(r"Key '([\w.\-]+)' is not expected", text) or re.search(r"Option '([\w.\-]+)' is not accepted", text) or re.search(r"No action for (?:destination )?key \"?'?([\w.\-]+)", text)
     if m:
-        return ConfigError(f"unknown config key {m.group(1)!r}: {_closest(m.group(1), keys)}")
+        return ConfigError(f"unknown config key {m.group(1)!r}: {_closest(m.group(1), keys, task)}")
     m = re.search(r"Parser key \"([\w.]+)\": (.*)", text)
     if m:
         return ConfigError(f"config key {m.group(1)!r}: {m.group(2)}")
@@ -114,10 +135,11 @@ def _normalise(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None):
+def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, task: str = "cls"):
     """A validated configuration (a jsonargparse Namespace) from command-line arguments, or from a
-    nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults."""
-    parser = build_train_parser()
+    nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults;
+    ``task``: ``cls`` or ``det``."""
+    parser = build_train_parser(task)
     keys = config_keys(parser)
     try:
         if isinstance(args, Mapping):
@@ -127,10 +149,10 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None):
     except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
         if isinstance(e, SystemExit) and not e.code:
             raise
-        raise _config_error(e, keys) from None
+        raise _config_error(e, keys, task) from None
     if cfg.get("name") is None:
         configs = cfg.get("config") or []
-        cfg.name = Path(str(configs[-1])).stem if configs else "cls"
+        cfg.name = Path(str(configs[-1])).stem if configs else task
     if not re.fullmatch(r"[\w.\-]+", cfg.name):
         raise ConfigError(f"name={cfg.name!r}: use letters, digits, '_', '-' and '.' (it names the run folder)")
     return cfg
@@ -139,10 +161,10 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None):
 RUN_FLAGS = {"resume": False, "ckpt_path": None, "overwrite": False}  # how one invocation starts, not the run
 
 
-def dump_config(cfg, *, run_flags: bool = True) -> str:
+def dump_config(cfg, *, run_flags: bool = True, task: str = "cls") -> str:
     """The full configuration as YAML: what ``--print-config`` prints and, with ``run_flags=False``
     (``resume``, ``ckpt_path`` and ``overwrite`` back at their defaults), what a run saves as config.yaml."""
-    parser = build_train_parser()
+    parser = build_train_parser(task)
     cfg = _strip(cfg)
     if not run_flags:
         for key, value in RUN_FLAGS.items():

@@ -10,7 +10,6 @@ import os
 from typing import Literal
 
 import pytorch_lightning as pl
-import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import (
@@ -22,9 +21,9 @@ from vision_attn.data import (
     is_demo,
     load_splits,
     materialise,
-    seed_worker,
     train_transforms,
 )
+from vision_attn.data.loader import check_loader_args, make_loader
 from vision_attn.errors import ConfigError
 
 __all__ = ["ClassificationDataModule"]
@@ -84,11 +83,7 @@ class ClassificationDataModule(pl.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
-            raise ConfigError(f"data.batch_size={batch_size}, data.eval_batch_size={eval_batch_size}: give positive "
-                              f"integers")
-        if num_workers < 0:
-            raise ConfigError(f"data.num_workers={num_workers}: give 0 (load in the main process) or more")
+        check_loader_args(batch_size, eval_batch_size, num_workers)
         self.save_hyperparameters()
         self.splits: ClassificationSplits | None = None
         self.train_set: ImageFolder | None = None
@@ -141,16 +136,9 @@ class ClassificationDataModule(pl.LightningDataModule):
     # ---------------------------------------------------------------- loaders
     def _loader(self, dataset: ImageFolder, batch_size: int, train: bool) -> DataLoader:
         hp = self.hparams
-        workers = hp.num_workers
-        pin = torch.cuda.is_available() if hp.pin_memory is None else hp.pin_memory
-        generator = torch.Generator()
-        generator.manual_seed(hp.seed)
-        return DataLoader(
-            dataset, batch_size=batch_size, shuffle=train, drop_last=train and hp.drop_last,
-            num_workers=workers, persistent_workers=hp.persistent_workers and workers > 0, pin_memory=pin,
-            worker_init_fn=seed_worker if workers > 0 else None, generator=generator if train else None,
-            prefetch_factor=4 if workers > 0 else None,
-        )
+        return make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
+                           persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory, drop_last=hp.drop_last,
+                           seed=hp.seed)
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"

@@ -20,7 +20,7 @@ from vision_attn.data import IMAGE_EXTENSIONS, ImageFolder, eval_transforms, loa
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.tasks.classification import build_network
 
-__all__ = ["Classifier", "load_classifier", "read_run_checkpoint", "evaluate_classifier", "predict_images",
+__all__ = ["Classifier", "load_classifier", "load_run_checkpoint", "load_run_weights", "read_run_checkpoint", "evaluate_classifier", "predict_images",
            "accuracy_report"]
 
 
@@ -35,19 +35,37 @@ class Classifier:
     data_hparams: dict[str, Any]
 
 
-def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The checkpoint dict of a run (``runs/NAME/best.ckpt``, or the run folder itself), loaded with
-    ``weights_only=True``."""
+def load_run_checkpoint(path: str | os.PathLike) -> tuple[Any, Path]:
+    """The object in a run's checkpoint (``runs/NAME/best.ckpt``, or the run folder itself: its best,
+    else last), loaded with ``weights_only=True``, and the file's path."""
     path = Path(path)
     if path.is_dir():
         path = path / "best.ckpt" if (path / "best.ckpt").is_file() else path / "last.ckpt"
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint; give a run's best.ckpt or last.ckpt (runs/NAME/best.ckpt)")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True), path
     except Exception as e:
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(f"{path}: not a readable run checkpoint ({detail}); train again or pick another file") from None
+
+
+def load_run_weights(model: nn.Module, state: dict[str, Any], error: str) -> nn.Module:
+    """Load a run's network weights from its Lightning ``state_dict`` into ``model`` (strictly): the
+    EMA's (``ema.module.*``) when the run kept one, else ``model.*``; CheckpointError ``error (why)``."""
+    prefix = "ema.module." if any(k.startswith("ema.module.") for k in state) else "model."
+    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{error} ({str(e).splitlines()[0]})") from None
+    return model
+
+
+def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint dict of a classification run (``runs/NAME/best.ckpt``, or the run folder itself),
+    loaded with ``weights_only=True``."""
+    ckpt, path = load_run_checkpoint(path)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "name" not in ckpt.get("hyper_parameters", {}):
         raise CheckpointError(f"{path}: not a vision_attn classification checkpoint (no model name and state_dict); "
                               f"for a plain weights file use create_model(name, pretrained=PATH)")
@@ -62,13 +80,7 @@ def load_classifier(path: str | os.PathLike) -> Classifier:
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
     model = build_network(hp["name"], hp.get("model_kwargs"), attention=hp.get("attention"), pretrained=None,
                           num_classes=hp["num_classes"], img_size=hp.get("img_size"))
-    state = ckpt["state_dict"]
-    prefix = "ema.module." if any(k.startswith("ema.module.") for k in state) else "model."
-    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    try:
-        model.load_state_dict(weights, strict=True)
-    except RuntimeError as e:
-        raise CheckpointError(f"{ckpt['_path']}: the weights do not fit {hp['name']} ({str(e).splitlines()[0]})") from None
+    load_run_weights(model, ckpt["state_dict"], f"{ckpt['_path']}: the weights do not fit {hp['name']}")
     img_size = data_hp.get("img_size", hp.get("img_size") or 224)
     transform = eval_transforms(img_size, crop_pct=data_hp.get("crop_pct", 0.875),
                                 mean=data_hp.get("mean", (0.485, 0.456, 0.406)),
@@ -118,7 +130,9 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     return report
 
 
-def _image_paths(items: Sequence[str | os.PathLike]) -> list[Path]:
+def image_paths(items: Sequence[str | os.PathLike]) -> list[Path]:
+    """Image files among ``items`` (folders are searched recursively), in order; DataError for a missing
+    path, a file that is not an image, or no image at all."""
     out: list[Path] = []
     for item in items:
         p = Path(item)
@@ -143,7 +157,7 @@ def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.Path
     """Top-k labels with probabilities for image files (folders are searched for images):
     ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``."""
     clf = load_classifier(checkpoint)
-    paths = _image_paths(images)
+    paths = image_paths(images)
     k = max(1, min(top_k, len(clf.classes)))
     results = []
     for start in range(0, len(paths), batch_size):

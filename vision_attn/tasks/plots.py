@@ -1,4 +1,4 @@
-"""End-of-run figures: loss and accuracy per epoch from the CSV log, and the confusion matrix.
+"""End-of-run figures: loss, accuracy or mAP per epoch from the CSV log, and the confusion matrix.
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend change).
 """
@@ -14,7 +14,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["epoch_history", "plot_curves", "plot_confusion"]
+__all__ = ["epoch_history", "plot_curves", "plot_confusion", "CLASSIFICATION_PANELS", "DETECTION_PANELS"]
 
 
 def epoch_history(csv_path: str | os.PathLike) -> dict[str, dict[int, float]]:
@@ -47,12 +47,20 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def plot_curves(history: dict[str, dict[int, float]], out_dir: str | os.PathLike) -> list[Path]:
-    """``loss.png`` (train and val loss per epoch) and ``accuracy.png`` (val top-1/top-5, %)."""
+CLASSIFICATION_PANELS = (("loss.png", ("train/loss_epoch", "val/loss"), "loss"),
+                         ("accuracy.png", ("val/top1", "val/top5"), "accuracy (%)"))
+DETECTION_PANELS = (("loss.png", ("train/loss_epoch", "train/box", "train/cls", "train/dfl"), "loss"),
+                    ("map.png", ("val/mAP50", "val/mAP50-95"), "mAP (%)"))
+
+
+def plot_curves(history: dict[str, dict[int, float]], out_dir: str | os.PathLike,
+                panels: Sequence[tuple[str, Sequence[str], str]] = CLASSIFICATION_PANELS) -> list[Path]:
+    """One figure per panel ``(file name, metrics, y label)`` of per-epoch values; a y label ending in
+    ``(%)`` shows fractions as percentages. Default: ``loss.png`` (train and val loss) and
+    ``accuracy.png`` (val top-1/top-5, %); :data:`DETECTION_PANELS`: loss parts and mAP."""
     out_dir = Path(out_dir)
     written = []
-    for fname, series, ylabel in (("loss.png", ("train/loss_epoch", "val/loss"), "loss"),
-                                  ("accuracy.png", ("val/top1", "val/top5"), "accuracy (%)")):
+    for fname, series, ylabel in panels:
         present = [s for s in series if history.get(s)]
         if not present:
             continue
@@ -60,7 +68,7 @@ def plot_curves(history: dict[str, dict[int, float]], out_dir: str | os.PathLike
         ax = fig.add_subplot()
         for s in present:
             epochs = sorted(history[s])
-            values = [history[s][e] * (100 if ylabel.startswith("acc") else 1) for e in epochs]
+            values = [history[s][e] * (100 if ylabel.endswith("(%)") else 1) for e in epochs]
             ax.plot([e + 1 for e in epochs], values, marker="o", markersize=3, label=s)
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)

@@ -1,8 +1,12 @@
-"""Training a classifier end to end: configuration -> data -> module -> Lightning Trainer -> run folder.
+"""Training end to end: configuration -> data -> module -> Lightning Trainer -> run folder.
 
-:func:`train_classifier` is what ``vision-attn train cls`` runs. Under DDP Lightning starts the
-other processes by running the same command line again; they find the run folder the first process
-prepared, train their share, and leave the writing of files to it.
+:func:`run_training` holds what every task shares (run folder rules, resume, seeding, threads,
+loggers, atomic checkpoints, the final validation); a :class:`TrainTask` supplies the rest: building
+the data and module, the metric checkpoints follow, and the end-of-run report.
+:func:`train_classifier` is what ``vision-attn train cls`` runs (``train det``:
+:func:`vision_attn.tasks.det_train.train_detector`). Under DDP Lightning starts the other processes by
+running the same command line again; they find the run folder the first process prepared, train their
+share, and leave the writing of files to it.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from vision_attn.errors import ConfigError, TrainingError, VisionAttnError
 from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
 from vision_attn.tasks.run_folder import RunFolder, write_atomic, write_json_atomic
 
-__all__ = ["TrainResult", "train_classifier"]
+__all__ = ["TrainResult", "TrainTask", "run_training", "train_classifier"]
 
 Echo = Callable[[str], None]
 
@@ -54,12 +58,35 @@ def _quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
-def _callbacks(run: RunFolder, progress_bar: bool) -> list:
+@dataclass(frozen=True)
+class TrainTask:
+    """What one task adds to :func:`run_training`.
+
+    ``build(cfg, say) -> (module, datamodule)``; ``monitor``: the validation metric ``best.ckpt`` maximises;
+    ``finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path) -> metrics`` writes the
+    task's files and ``metrics.json``; ``summary(metrics) -> str`` is the last progress line;
+    ``lr_monitor``: log the schedulers' rates (tasks that set rates themselves log them).
+    """
+
+    name: str
+    monitor: str
+    build: Callable[[Any, Echo], tuple[Any, Any]]
+    finish: Callable[..., dict[str, Any]]
+    summary: Callable[[dict[str, Any]], str]
+    lr_monitor: bool = True
+
+
+def _callbacks(run: RunFolder, progress_bar: bool, task: TrainTask) -> list:
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 
-    checkpoint = ModelCheckpoint(dirpath=run.path, filename="best", monitor="val/top1", mode="max", save_top_k=1,
-                                 save_last=True, auto_insert_metric_name=False, enable_version_counter=False)
-    out = [checkpoint, LearningRateMonitor(logging_interval="epoch")]
+    best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.monitor, mode="max", save_top_k=1,
+                           auto_insert_metric_name=False, enable_version_counter=False)
+    # last.ckpt after every epoch: Lightning's save_last only writes it when best.ckpt improved
+    last = ModelCheckpoint(dirpath=run.path, filename="last", monitor=None, save_top_k=1, save_on_train_epoch_end=True,
+                           auto_insert_metric_name=False, enable_version_counter=False)
+    out: list = [best, last]
+    if task.lr_monitor:
+        out.append(LearningRateMonitor(logging_interval="epoch"))
     if progress_bar:
         out.append(RichProgressBar(leave=True))
     return out
@@ -73,25 +100,47 @@ def train_classifier(config: Sequence[str] | Mapping[str, Any] | Any = (), *, ec
     "trainer": {...}}``) over the defaults, or a parsed configuration. ``echo`` receives progress lines
     (the command line prints them). Errors are :class:`~vision_attn.errors.VisionAttnError`\\ s.
     """
+    return run_training(config, CLASSIFICATION, echo=echo)
+
+
+def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: TrainTask, *,
+                 echo: Echo | None = None) -> TrainResult:
+    """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration of that
+    task) and write the run folder."""
     start = time.perf_counter()
     say: Echo = echo if echo is not None and _global_rank() == 0 else (lambda line: None)
-    cfg = config if hasattr(config, "as_dict") else parse_train_config(config)
+    cfg = config if hasattr(config, "as_dict") else parse_train_config(config, task.name)
     threads = torch.get_num_threads()
     try:
         with warnings.catch_warnings():  # the filters below stay inside this call
             _quiet_lightning()
-            return _train(cfg, say, start)
+            return _train(cfg, say, start, task)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(cfg, say: Echo, start: float) -> TrainResult:
+def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
+    from vision_attn.tasks.classification import ClassificationModule
+    from vision_attn.tasks.datamodule import ClassificationDataModule
+
+    data_cfg = to_dict(cfg)["data"]
+    datamodule = ClassificationDataModule(**data_cfg)
+    splits = datamodule.scan()
+    say(f"data: {splits.summary()}")
+    model_cfg = to_dict(cfg)["model"]
+    module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
+                                  class_names=splits.classes)
+    params = sum(p.numel() for p in module.model.parameters())
+    say(f"model: {model_cfg['name']}, {params / 1e6:.2f} M parameters, {len(splits.classes)} classes, "
+        f"{data_cfg['img_size']} px")
+    return module, datamodule
+
+
+def _train(cfg, say: Echo, start: float, task: TrainTask) -> TrainResult:
     import pytorch_lightning as pl
     from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
     from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
-    from vision_attn.tasks.classification import ClassificationModule
-    from vision_attn.tasks.datamodule import ClassificationDataModule
 
     run = RunFolder(Path(cfg.runs_dir) / cfg.name)
     ckpt_path = cfg.ckpt_path
@@ -107,25 +156,16 @@ def _train(cfg, say: Echo, start: float) -> TrainResult:
             raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
         torch.set_num_threads(cfg.threads)
 
-    data_cfg = to_dict(cfg)["data"]
-    datamodule = ClassificationDataModule(**data_cfg)
-    splits = datamodule.scan()
-    say(f"data: {splits.summary()}")
-    model_cfg = to_dict(cfg)["model"]
-    module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
-                                  class_names=splits.classes)
-    params = sum(p.numel() for p in module.model.parameters())
-    say(f"model: {model_cfg['name']}, {params / 1e6:.2f} M parameters, {len(splits.classes)} classes, "
-        f"{data_cfg['img_size']} px")
+    module, datamodule = task.build(cfg, say)
 
     trainer_cfg = dict(to_dict(cfg)["trainer"])
     progress = trainer_cfg.pop("enable_progress_bar", None) is not False
     loggers = [CSVLogger(run.path, name="csv", version=""),
                TensorBoardLogger(run.path, name="tensorboard", version="", default_hp_metric=False)]
-    trainer = pl.Trainer(**trainer_cfg, callbacks=_callbacks(run, progress), logger=loggers,
+    trainer = pl.Trainer(**trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers,
                          default_root_dir=run.path, enable_progress_bar=progress, plugins=[AtomicCheckpointIO()])
     if trainer.is_global_zero:
-        write_atomic(run.config, dump_config(cfg, run_flags=False))
+        write_atomic(run.config, dump_config(cfg, run_flags=False, task=task.name))
     if ckpt_path is not None:
         say(f"resuming from {ckpt_path}")
     fit_start = time.perf_counter()
@@ -143,9 +183,9 @@ def _train(cfg, say: Echo, start: float) -> TrainResult:
     fit_seconds = time.perf_counter() - fit_start
     if not trainer.is_global_zero:
         return TrainResult(run.path, {})
-    metrics = _finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path)
-    say(f"val top-1 {_pct(metrics['val_top1'])}, top-5 {_pct(metrics['val_top5'])} after {metrics['epochs']} "
-        f"epoch(s), {metrics['wall_time_s']:.0f} s; run folder: {run.path}")
+    metrics = task.finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path)
+    say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
+        f"run folder: {run.path}")
     return TrainResult(run.path, metrics)
 
 
@@ -161,19 +201,45 @@ def _value(metrics: Mapping[str, Any], key: str) -> float | None:
     return None if math.isnan(v) else v
 
 
-def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_seconds: float,
-            ckpt_path: str | None) -> dict[str, Any]:
-    """Write model.safetensors, the figures and metrics.json; return the metrics."""
-    from vision_attn.analysis import count_flops
+def save_final_weights(run: RunFolder, trainer, module) -> None:
+    """Flush the loggers and write the module's evaluation (EMA) weights to ``model.safetensors``."""
     from vision_attn.models.checkpoint import save_atomic
-    from vision_attn.tasks.classification import build_network
-    from vision_attn.tasks.inference import accuracy_report
-    from vision_attn.tasks.plots import epoch_history, plot_confusion, plot_curves
 
     for logger in trainer.loggers:
         logger.save()
     net = module.eval_model()
     save_atomic({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, run.weights)
+
+
+def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, ckpt_path: str | None,
+                ema: bool) -> dict[str, Any]:
+    """The entries of ``metrics.json`` every task writes (epochs, steps, times, devices, files)."""
+    return {
+        "epochs": int(trainer.current_epoch),
+        "max_epochs": trainer.max_epochs,
+        "global_step": int(trainer.global_step),
+        "wall_time_s": round(time.perf_counter() - start, 2),
+        "fit_time_s": round(fit_seconds, 2),
+        "resumed_from": ckpt_path,
+        "ema": ema,
+        "precision": str(trainer.precision),
+        "devices": trainer.num_devices,
+        "world_size": trainer.world_size,
+        "files": {"best": run.best.name, "last": run.last.name, "weights": run.weights.name,
+                  "config": run.config.name, "csv": "csv/metrics.csv", "tensorboard": "tensorboard/"},
+        "torch": torch.__version__,
+    }
+
+
+def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_seconds: float,
+            ckpt_path: str | None) -> dict[str, Any]:
+    """Write model.safetensors, the figures and metrics.json; return the metrics."""
+    from vision_attn.analysis import count_flops
+    from vision_attn.tasks.classification import build_network
+    from vision_attn.tasks.inference import accuracy_report
+    from vision_attn.tasks.plots import epoch_history, plot_confusion, plot_curves
+
+    save_final_weights(run, trainer, module)
     img_size = cfg.data.img_size
     with torch.device("meta"):  # a copy without memory or arithmetic: the trained one may be compiled
         shadow = build_network(cfg.model.name, cfg.model.model_kwargs, attention=cfg.model.attention,
@@ -204,22 +270,15 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "val_loss": _value(cm, "val/loss"),
         "train_loss": _value(cm, "train/loss_epoch"),
         "best_val_top1": None if best is None else float(best),
-        "epochs": int(trainer.current_epoch),
-        "max_epochs": trainer.max_epochs,
-        "global_step": int(trainer.global_step),
-        "wall_time_s": round(time.perf_counter() - start, 2),
-        "fit_time_s": round(fit_seconds, 2),
-        "resumed_from": ckpt_path,
+        **run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
         "params": flops.params,
         "gmacs": round(flops.gmacs, 6),
-        "ema": cfg.model.ema_decay is not None,
-        "precision": str(trainer.precision),
-        "devices": trainer.num_devices,
-        "world_size": trainer.world_size,
         "per_class_accuracy": report.get("per_class_accuracy", {}),
-        "files": {"best": run.best.name, "last": run.last.name, "weights": run.weights.name,
-                  "config": run.config.name, "csv": "csv/metrics.csv", "tensorboard": "tensorboard/"},
-        "torch": torch.__version__,
     }
     write_json_atomic(run.metrics, metrics)
     return metrics
+
+
+CLASSIFICATION = TrainTask(
+    name="cls", monitor="val/top1", build=_build_classification, finish=_finish,
+    summary=lambda m: f"val top-1 {_pct(m['val_top1'])}, top-5 {_pct(m['val_top5'])}")

@@ -1,0 +1,114 @@
+"""The YOLOv8 detection loss: task-aligned assignment, BCE on classes, CIoU and distribution focal loss
+on the boxes of the positive anchors, weighted ``box 7.5, cls 0.5, dfl 1.5``.
+
+Input: the Detect head's training output (a list of (B, 4*reg_max + nc, H_i, W_i) maps) and the
+ground truth as per-image lists (``boxes`` (n_i, 4) xyxy in input pixels, ``labels`` (n_i,) int64),
+padded here to the largest count of the batch. All losses are normalised by the sum of the class
+targets, so the returned total is per image, not summed over the batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vision_attn.errors import DataError
+from vision_attn.losses.assigner import TaskAlignedAssigner
+from vision_attn.losses.boxes import box_to_dist, ciou, dist_to_box
+from vision_attn.losses.dfl import distribution_focal_loss
+
+__all__ = ["DetectionLoss", "LossParts", "pad_targets"]
+
+
+@dataclass
+class LossParts:
+    """``total`` = box_gain * box + cls_gain * cls + dfl_gain * dfl (with gradients); the parts detached."""
+
+    total: torch.Tensor
+    box: torch.Tensor
+    cls: torch.Tensor
+    dfl: torch.Tensor
+
+
+def pad_targets(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-image boxes (n_i, 4) and labels (n_i,) -> padded boxes (B, M, 4), labels (B, M), mask (B, M)
+    with M the largest n_i."""
+    b = len(boxes)
+    m = max((len(x) for x in boxes), default=0)
+    out_boxes = torch.zeros(b, m, 4, device=device)
+    out_labels = torch.zeros(b, m, dtype=torch.long, device=device)
+    mask = torch.zeros(b, m, dtype=torch.bool, device=device)
+    for i, (bx, lb) in enumerate(zip(boxes, labels)):  # one copy per image, not per box
+        n = len(bx)
+        if n:
+            out_boxes[i, :n] = bx.to(device=device, dtype=torch.float32).view(n, 4)
+            out_labels[i, :n] = lb.to(device=device, dtype=torch.long).view(n)
+            mask[i, :n] = True
+    return out_boxes, out_labels, mask
+
+
+class DetectionLoss(nn.Module):
+    """YOLOv8's loss for a detector whose last row is a ``Detect`` head.
+
+    Args:
+        model: a :class:`~vision_attn.models.yolo.DetectionModel` (its head gives nc, reg_max, strides).
+        box_gain, cls_gain, dfl_gain: weights of the CIoU, BCE and DFL terms.
+        topk, alpha, beta: the assigner's (see :class:`TaskAlignedAssigner`); boxes smaller than the second
+            level's stride look for candidate anchors in a box of that size, as in YOLOv8.
+    """
+
+    def __init__(self, model: nn.Module, *, box_gain: float = 7.5, cls_gain: float = 0.5, dfl_gain: float = 1.5,
+                 topk: int = 10, alpha: float = 0.5, beta: float = 6.0) -> None:
+        super().__init__()
+        head = model.model[-1] if hasattr(model, "model") else model
+        self.nc, self.reg_max = int(head.nc), int(head.reg_max)
+        self.head = [head]  # not a submodule: the loss owns no parameters and is not saved
+        self.gains = (box_gain, cls_gain, dfl_gain)
+        strides = [float(s) for s in head.stride]
+        min_side = strides[1] if len(strides) > 1 else (strides[0] if strides else 0.0)
+        self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta, min_side=min_side)
+        self.register_buffer("bins", torch.arange(self.reg_max, dtype=torch.float32), persistent=False)
+
+    def forward(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
+                labels: Sequence[torch.Tensor]) -> LossParts:
+        """Raw maps of the head, per-image ground truth -> the loss and its parts."""
+        from vision_attn.models.yolo.detect import make_anchors
+
+        head = self.head[0]
+        b = feats[0].shape[0]
+        if len(boxes) != b or len(labels) != b:
+            raise DataError(f"the loss got {b} images but {len(boxes)} box lists and {len(labels)} label lists")
+        flat = torch.cat([f.reshape(b, self.reg_max * 4 + self.nc, -1) for f in feats], 2).float()
+        pred_dist, pred_logits = flat.transpose(1, 2).split((4 * self.reg_max, self.nc), 2)  # (B, A, .)
+        points, strides = make_anchors(feats, head.stride)  # grid units (A, 2), (A, 1)
+        points, strides = points.float(), strides.float()
+        a = points.shape[0]
+        dist_logits = pred_dist.reshape(b, a, 4, self.reg_max)
+        pred_boxes = dist_to_box(dist_logits.softmax(-1) @ self.bins.to(flat.device), points)  # grid units
+
+        gt_boxes, gt_labels, gt_mask = pad_targets(boxes, labels, flat.device)
+        if len(labels) and gt_mask.any() and int(gt_labels[gt_mask].max()) >= self.nc:
+            bad = int(gt_labels[gt_mask].max())
+            raise DataError(f"a target has class index {bad} but the detector has {self.nc} classes; check the "
+                            f"data's names against the model's num_classes")
+        targets = self.assigner(pred_logits.detach().sigmoid(), pred_boxes.detach() * strides, points * strides,
+                                gt_labels, gt_boxes, gt_mask)
+        score_sum = targets.scores.sum().clamp(min=1)
+        cls = F.binary_cross_entropy_with_logits(pred_logits, targets.scores, reduction="sum") / score_sum
+
+        fg = targets.foreground
+        if bool(fg.any()):
+            weight = targets.scores.sum(-1)[fg]  # (P,)
+            target_boxes = targets.boxes / strides  # grid units
+            box = ((1 - ciou(pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
+            target_dist = box_to_dist(points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
+            dfl = (distribution_focal_loss(dist_logits[fg], target_dist) * weight).sum() / score_sum
+        else:  # no object in the batch: the box terms are 0 but keep the graph
+            box = dfl = flat.sum() * 0
+        g_box, g_cls, g_dfl = self.gains
+        total = g_box * box + g_cls * cls + g_dfl * dfl
+        return LossParts(total, box.detach(), cls.detach(), dfl.detach())
