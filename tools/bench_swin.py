@@ -10,7 +10,7 @@ Two measurements, each ours against timm with the same weights:
 
 Throughput: the order of the two models alternates between rounds after a warm-up; the figure to
 quote is the median over rounds of ours/timm. Memory: the peak of live tensor storage during one
-pass / one step, tracked op by op (deterministic, see tools/benchlib.py), and the peak of the
+pass / one step, tracked op by op (deterministic, see vision_attn/analysis/benchmark.py), and the peak of the
 resident set above the built model over two passes / steps, in a fresh process per model (median
 over ``--mem-runs`` processes).
 Outputs are compared first: the benchmark is void if the two models disagree.
@@ -34,7 +34,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import vision_attn  # noqa: E402
-from benchlib import alternate, median_ratio, rss_peak_mb, tensor_peak_mb  # noqa: E402
+from vision_attn.analysis.benchmark import alternate, median_ratio, rss_peak_mb, tensor_peak_mb  # noqa: E402
 
 
 def build(which: str, name: str, weights: str) -> torch.nn.Module:

@@ -28,7 +28,7 @@ import timm  # noqa: E402
 import torch  # noqa: E402
 
 import vision_attn  # noqa: E402
-from benchlib import rss_rise_mb, tensor_peak_mb  # noqa: E402  (tools/benchlib.py)
+from vision_attn.analysis.benchmark import rss_rise_mb, tensor_peak_mb  # noqa: E402
 
 
 def build(which: str, name: str, weights: str | None) -> torch.nn.Module:
@@ -43,7 +43,7 @@ def build(which: str, name: str, weights: str | None) -> torch.nn.Module:
 
 
 def measure_memory(which: str, name: str, weights: str, batch: int, img: int) -> float:
-    """Steady-state rise of the resident set during one forward pass (see benchlib.rss_rise_mb)."""
+    """Steady-state rise of the resident set during one forward pass (see vision_attn.analysis.benchmark.rss_rise_mb)."""
     model = build(which, name, weights)
     x = torch.randn(batch, 3, img, img)
     with torch.inference_mode():

@@ -1,158 +1,140 @@
-"""GPU check: our ViT against timm's on a CUDA machine, in one short run.
+"""GPU check: ours against timm on a CUDA machine, in one short run (replaces gpu_check_swin.py).
 
-    PYTHONPATH=. python3 tools/gpu_check.py [--out DIR] [--models a,b] [--batch 256]
+    PYTHONPATH=. python tools/gpu_check.py [--out DIR] [--models vit_base_patch16_224,swin_tiny_patch4_window7_224]
+    PYTHONPATH=. python tools/gpu_check.py --dry-run      # the same steps on the CPU, tiny sizes, seconds
 
-Checks the GPU paths and measures them side by side, alternating ours and timm in one process:
-- parity on the GPU: fp32 logits (TF32 off) and bf16-autocast logits against timm with the same weights;
-- inference throughput at batch 256, 224 px: fp32, bf16 autocast, bf16 autocast + torch.compile;
-- a bf16-autocast training step (AdamW) at batch 128;
-- model FLOP utilisation against a bf16 matrix-multiply peak measured at the start of the run;
-- the attention-recording path (explicit softmax weights) on the GPU.
-Timing uses CUDA events after warm-up; each figure is the median over rounds. Prints a Markdown table
-and writes gpu_check.json to --out (default: $OUT if set, else the current folder).
+For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weights in ours and timm's:
+- parity: fp32 logits (TF32 off) and bf16-autocast logits against timm, and the gradients of one fp32
+  training step (relative to timm's largest gradient per tensor);
+- inference at bf16 autocast, eager and torch.compile, ours and timm alternating in one process
+  (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
+  model FLOP utilisation against a bf16 matrix-multiply peak measured at the start;
+then a few Lightning training steps of the digits demo config (configs/classify/demo_digits.yaml)
+on ``accelerator="gpu"``. Prints a Markdown table and writes gpu_check.json to --out (default: $OUT
+if set, else the current folder). ``--dry-run`` runs every step on the CPU with ViT-Ti instead of
+ViT-B, batch 1, one round, two Lightning steps and no torch.compile (minutes of compiling on a
+CPU), to check the script itself.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
+import sys
+import tempfile
 import time
 
 import timm
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+import torch.nn.functional as F
 
-import vision_attn
-from vision_attn.layers import record_attention
-
-
-def cuda_time(fn, iters: int) -> float:
-    """Seconds per call of ``fn`` over ``iters`` calls, timed with CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1000 / iters
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import vision_attn  # noqa: E402
+from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin  # noqa: E402
+from vision_attn.analysis.tables import to_markdown  # noqa: E402
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 8192) -> float:
-    a, b = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
-    for _ in range(3):
-        a @ b
-    return 2 * n**3 / cuda_time(lambda: a @ b, 10)
+def parity(name: str, img: int, device: str) -> dict[str, float]:
+    """Max |ours - timm| of fp32 and bf16 logits and the largest relative gradient difference."""
+    torch.manual_seed(0)
+    peer = timm_twin(name, img).to(device).eval()
+    ours = vision_attn.create_model(name, img_size=img).to(device).eval()
+    ours.load_state_dict(peer.state_dict())
+    x = torch.randn(2, 3, img, img, device=device)
+    with torch.no_grad():
+        ref = peer(x)
+        out = {"fp32_max_abs_diff": (ours(x) - ref).abs().max().item(), "logit_scale": ref.abs().max().item()}
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out["bf16_max_abs_diff"] = (ours(x).float() - peer(x).float()).abs().max().item()
+    peer.train()
+    ours.train()
+    for m in (peer, ours):
+        for mod in m.modules():  # stochastic depth off: the same function in both
+            if hasattr(mod, "drop_prob"):
+                mod.drop_prob = 0.0
+    y = torch.randint(0, 1000, (2,), device=device)
+    F.cross_entropy(peer(x), y).backward()
+    F.cross_entropy(ours(x), y).backward()
+    theirs = dict(peer.named_parameters())
+    out["grad_max_rel_diff"] = max(
+        ((p.grad - theirs[n].grad).abs().max() / theirs[n].grad.abs().max().clamp_min(1e-12)).item()
+        for n, p in ours.named_parameters() if p.grad is not None)
+    return out
 
 
-def forward_flops(model: torch.nn.Module, x: torch.Tensor) -> int:
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(x)
-    return counter.get_total_flops()
+def lightning_steps(device: str, steps: int, runs_dir: str) -> dict[str, float]:
+    """A few training steps of the digits demo on ``accelerator=gpu`` (cpu in a dry run)."""
+    from vision_attn.tasks import train_classifier
 
-
-def alternate(fns: dict, rounds: int, iters: int) -> dict[str, float]:
-    """Median seconds per call for each function, alternating their order every round."""
-    for fn in fns.values():
-        fn(), fn()
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for k in names if r % 2 == 0 else names[::-1]:
-            times[k].append(cuda_time(fns[k], iters))
-    return {k: statistics.median(v) for k, v in times.items()}
+    argv = ["--config", "configs/classify/demo_digits.yaml", "--name", "gpu_check", "--runs_dir", runs_dir,
+            "--overwrite", "true", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
+            "--trainer.devices", "1", "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "2",
+            "--data.num_workers", "0", "--data.persistent_workers", "false"]
+    if device == "cuda":
+        argv += ["--trainer.precision", "bf16-mixed", "--threads", "4"]
+    m = train_classifier(argv, echo=lambda _line: None).metrics
+    images = m["global_step"] * 32  # the config's batch size
+    return {"steps": m["global_step"], "fit_time_s": m["fit_time_s"], "img_per_s": images / m["fit_time_s"],
+            "gmacs_per_image": m["gmacs"], "precision": m["precision"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--models", default="vit_small_patch16_224,vit_base_patch16_224")
-    ap.add_argument("--compile-model", default="vit_base_patch16_224", help="the model also run under torch.compile")
+    ap.add_argument("--models", default="vit_base_patch16_224,swin_tiny_patch4_window7_224")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--train-batch", type=int, default=128)
+    ap.add_argument("--img-size", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--train-steps", type=int, default=30, help="Lightning steps of the digits demo")
+    ap.add_argument("--dry-run", action="store_true", help="CPU, vit_tiny and swin_tiny, batch 1, one round, no compile")
     args = ap.parse_args()
-    assert torch.cuda.is_available(), "no CUDA device"
+    device = "cpu" if args.dry_run else "cuda"
+    if args.dry_run:
+        args.batch, args.rounds, args.iters, args.train_steps = 1, 1, 1, 2
+        args.models = args.models.replace("vit_base", "vit_tiny")
+    elif not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --dry-run to check the script on the CPU")
     t0 = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "timm": timm.__version__,
-            "bf16_matmul_peak_tflops": matmul_peak(torch.bfloat16) / 1e12}
+    peak = matmul_peak(device, "bf16")
+    info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
+            "torch": torch.__version__, "timm": timm.__version__, "bf16_matmul_peak_tflops": peak / 1e12}
     print(json.dumps(info))
-    rows, checks = [], {}
+    checks, results = {}, []
     for name in args.models.split(","):
-        torch.manual_seed(0)
-        theirs = timm.create_model(name).cuda().eval()
-        ours = vision_attn.create_model(name).cuda().eval()
-        ours.load_state_dict(theirs.state_dict())
-        x = torch.randn(args.batch, 3, 224, 224, device="cuda")
-        flops_per_img = forward_flops(ours, x[:1])
-        with torch.no_grad():
-            checks[f"{name} fp32 max|diff|"] = (theirs(x[:8]) - ours(x[:8])).abs().max().item()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                a, b = theirs(x[:8]).float(), ours(x[:8]).float()
-            checks[f"{name} bf16 max|diff| / max|logit|"] = ((a - b).abs().max() / a.abs().max()).item()
-            with record_attention(ours) as maps:
-                ours(x[:2])
-            checks[f"{name} recorded maps"] = [len(maps), list(maps[-1].shape)]
-
-        modes = {"fp32": (False, False), "bf16": (True, False)}
-        if name == args.compile_model:
-            modes["bf16+compile"] = (True, True)
-        for mode, (bf16, compiled) in modes.items():
-            impl = {"timm": theirs, "ours": ours}
-            if compiled:
-                impl = {k: torch.compile(m) for k, m in impl.items()}
-
-            def run(m=None):
-                with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-                    m(x)
-
-            tc = time.time()
-            sec = alternate({k: (lambda m=m: run(m)) for k, m in impl.items()}, args.rounds, args.iters)
-            for k, s in sec.items():
-                rows.append({"model": name, "impl": k, "mode": f"infer {mode}", "batch": args.batch,
-                             "img_s": args.batch / s, "mfu": flops_per_img * args.batch / s / (info["bf16_matmul_peak_tflops"] * 1e12),
-                             "seconds_incl_compile": round(time.time() - tc, 1)})
-
-        # one bf16 training step (forward, backward, AdamW), ours vs timm
-        xt = x[: args.train_batch]
-        target = torch.randint(0, 1000, (args.train_batch,), device="cuda")
-        steps = {}
-        for k, m in {"timm": theirs, "ours": ours}.items():
-            m.train()
-            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
-
-            def step(m=m, opt=opt):
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = torch.nn.functional.cross_entropy(m(xt), target)
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            steps[k] = step
-        torch.cuda.reset_peak_memory_stats()
-        sec = alternate(steps, args.rounds, max(args.iters // 2, 3))
-        for k, s in sec.items():
-            rows.append({"model": name, "impl": k, "mode": "train bf16", "batch": args.train_batch,
-                         "img_s": args.train_batch / s,
-                         "mfu": 3 * flops_per_img * args.train_batch / s / (info["bf16_matmul_peak_tflops"] * 1e12)})
-        del theirs, ours
-        torch.cuda.empty_cache()
+        checks[name] = parity(name, args.img_size, device)
+        for compiled in ([False] if args.dry_run else [False, True]):
+            torch.manual_seed(0)
+            models = {name: vision_attn.create_model(name, img_size=args.img_size),
+                      f"timm {name}": timm_twin(name, args.img_size)}
+            results += benchmark_models(models, batch=args.batch, img_size=args.img_size, device=device,
+                                        precision="bf16", compile=compiled, rounds=args.rounds, iters=args.iters,
+                                        warmup=1 if args.dry_run else 3,
+                                        peak_flops=peak, pairs={name: f"timm {name}"})
+            del models
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    info["seconds_models"] = round(time.time() - t0, 1)
+    with tempfile.TemporaryDirectory() as runs:
+        train = lightning_steps(device, args.train_steps, runs)
+    info["seconds_total"] = round(time.time() - t0, 1)
+    train["mfu"] = 3 * 2e9 * train["gmacs_per_image"] * train["img_per_s"] / peak
 
     print(json.dumps(checks, indent=1))
-    print("\n| model | mode | batch | timm img/s | ours img/s | ours/timm | ours MFU |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r_t, r_o in zip(rows[0::2], rows[1::2]):
-        t, o = (r_t, r_o) if r_t["impl"] == "timm" else (r_o, r_t)
-        print(f"| {o['model']} | {o['mode']} | {o['batch']} | {t['img_s']:.0f} | {o['img_s']:.0f} | "
-              f"{o['img_s'] / t['img_s']:.3f} | {100 * o['mfu']:.1f}% |")
-    print(f"\ntotal {time.time() - t0:.0f} s")
+    rows = [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
+             f"{r.peak_memory_mb:.0f}", f"{100 * r.mfu:.1f}%", "" if r.ratio is None else f"{r.ratio:.3f}"]
+            for r in results]
+    print("\n" + to_markdown(["model", "mode", "batch", "img/s (bf16)", "latency ms", "peak MiB", "MFU", "vs timm"],
+                             rows))
+    print(f"Lightning, digits demo ({train['precision']}): {train['steps']} steps, {train['img_per_s']:.0f} img/s "
+          f"including start-up, MFU {100 * train['mfu']:.2f}% (a 1.2 M-parameter model: launch-bound)")
+    print(f"total {time.time() - t0:.0f} s")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-        json.dump({"info": info, "checks": checks, "rows": rows}, f, indent=1)
+        json.dump({"info": info, "checks": checks, "results": [r.to_dict() for r in results], "lightning": train},
+                  f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The ``vision-attn`` command: argument parsing and printing only; every command calls the public API.
 
-Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model in
-detail), ``demo``, ``train cls`` (a classifier on image folders, configured by YAML and
+Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model, detector
+YAML or run in detail), ``demo``, ``train cls`` (a classifier on image folders, configured by YAML and
 ``--section.key value`` overrides), ``eval cls`` and ``predict cls`` (a trained run's checkpoint),
 ``yaml info|insert|remove`` (detector YAMLs). Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
@@ -76,13 +76,15 @@ def flops_table(report: FlopReport) -> Table:
 
 
 def module_table(report: FlopReport) -> Table:
-    """MACs per module (the report's breakdown), with shares of the total."""
+    """MACs per module as a tree (enclosing modules with the sum below them), with shares of the total."""
+    from vision_attn.analysis.flops import module_tree
+
     table = Table(title="MACs by module")
     table.add_column("module")
     table.add_column("GMACs", justify="right")
     table.add_column("share", justify="right")
-    for name, macs in report.by_module.items():
-        table.add_row(name, f"{macs / 1e9:.4f}", f"{100 * macs / max(report.macs, 1):.1f}%")
+    for name, level, macs in module_tree(report.by_module):
+        table.add_row("  " * level + name, f"{macs / 1e9:.4f}", f"{100 * macs / max(report.macs, 1):.1f}%")
     return table
 
 
@@ -100,17 +102,47 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def flops_markdown(report: FlopReport, by_module: bool) -> str:
+    """The report (and, with ``by_module``, the module tree) as Markdown tables."""
+    from vision_attn.analysis.flops import module_tree
+    from vision_attn.analysis.tables import to_markdown
+
+    text = f"**{report.model}**, input {_size(report.input_shape)}. {CONVENTIONS_LINE}\n\n"
+    text += to_markdown(["parameters", "GMACs", "GFLOPs", "fused attention GMACs", "plain counter GMACs"],
+                        [[f"{report.params:,}", f"{report.gmacs:.3f}", f"{report.gflops:.3f}",
+                          f"{report.fused_attention_macs / 1e9:.3f}",
+                          f"{report.macs_without_fused_attention / 1e9:.3f}"]])
+    if by_module:
+        rows = [["&nbsp;&nbsp;" * level + name, f"{macs / 1e9:.4f}", f"{100 * macs / max(report.macs, 1):.1f}%"]
+                for name, level, macs in module_tree(report.by_module)]
+        text += "\n" + to_markdown(["module", "GMACs", "share"], rows)
+    return text
+
+
 def _cmd_flops(args: argparse.Namespace, console: Console) -> int:
-    img_size = None
+    from vision_attn.analysis import count_flops
+    from vision_attn.analysis.flops import module_tree
+    from vision_attn.analysis.targets import load_target
+
+    target = load_target(args.model, scale=args.scale, attention=args.attention)
+    img_size = target.img_size
     if args.img_size is not None:
         img_size = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size)
-    report = count_model_flops(args.model, img_size, args.batch)
+    if args.depth < 1:
+        raise ConfigError(f"--depth {args.depth}: give 1 or more module levels")
+    report = count_flops(target.model, img_size, args.batch, depth=args.depth, name=target.name)
     if args.json:
         out = report.to_dict()
-        if not args.by_module:
+        out["kind"] = target.kind
+        if args.by_module:
+            out["module_tree"] = [{"name": n, "level": lv, "macs": m} for n, lv, m in module_tree(report.by_module)]
+        else:
             out.pop("by_module")
         out["conventions"] = CONVENTIONS
         print(json.dumps(out, indent=2))
+        return 0
+    if args.markdown:
+        print(flops_markdown(report, args.by_module), end="")
         return 0
     console.print(flops_table(report))
     if args.by_module:
@@ -170,6 +202,10 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_train(args: argparse.Namespace, console: Console) -> int:
+    if args.task == "det":
+        from vision_attn.commands._detection import train_det
+
+        return train_det(args, console)
     from vision_attn.tasks import dump_config, parse_train_config, train_classifier  # Lightning loads here
     from vision_attn.tasks.config import PRINT_CONFIG_FLAGS, build_train_parser
 
@@ -193,6 +229,10 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
+    if args.task == "det":
+        from vision_attn.commands._detection import eval_det
+
+        return eval_det(args, console)
     from vision_attn.tasks import evaluate_classifier
 
     report = evaluate_classifier(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers)
@@ -212,6 +252,10 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
+    if args.task == "det":
+        from vision_attn.commands._detection import predict_det
+
+        return predict_det(args, console)
     from vision_attn.tasks import predict_images
 
     results = predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size)
@@ -402,14 +446,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=_cmd_models)
 
-    p = sub.add_parser("flops", help="parameters, MACs and FLOPs of one model",
-                       description="Parameters, MACs and FLOPs of one forward pass. " + CONVENTIONS_LINE)
-    p.add_argument("model", help="a registered model name (see `vision-attn models`)")
+    p = sub.add_parser("flops", help="parameters, MACs and FLOPs of a model, a detector YAML or a run",
+                       description="Parameters, MACs and FLOPs of one forward pass of a registered model, a "
+                       "detector YAML or a run's checkpoint. " + CONVENTIONS_LINE)
+    p.add_argument("model", metavar="TARGET", help="a registered model name (see `vision-attn models`), a detector "
+                   "YAML (e.g. configs/detect/yolov8n.yaml) or a run (runs/NAME or its best.ckpt)")
     p.add_argument("--img-size", type=int, nargs="+", metavar="N", action=_ImgSize,
-                   help="image size: N (square) or H W; default: the model's own")
+                   help="image size: N (square) or H W; default: the model's own (640 for a YAML)")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--scale", default=None, help="YAML: a letter of its scales (default: from the file name)")
+    p.add_argument("--attention", default=None, help="model name: insert this block first, e.g. cbam, se")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    p.add_argument("--by-module", action="store_true", help="also break the MACs down by module")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables instead")
+    p.add_argument("--by-module", action="store_true", help="also break the MACs down by module, as a tree")
+    p.add_argument("--depth", type=int, default=2, help="--by-module: module levels shown (default 2)")
     p.set_defaults(func=_cmd_flops)
 
     p = sub.add_parser("demo", help="a tour: the FLOPs of the zoo, a forward pass on a photo, attention entropy",
@@ -417,18 +467,20 @@ def build_parser() -> argparse.ArgumentParser:
                        f"{DEMO_MODEL} on a photo at two sizes, with the class token's attention entropy per layer.")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("train", help="train a model: `train cls --config configs/classify/NAME.yaml`",
-                       description="Train a classifier (cls) on ImageNet-style folders with PyTorch Lightning. "
-                       "`vision-attn train cls --help` lists every config key.")
-    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p = sub.add_parser("train", help="train a model: `train cls|det --config configs/{classify,detect}/NAME.yaml`",
+                       description="Train a classifier (cls) on ImageNet-style folders or a YOLO-style detector (det) "
+                       "on COCO json / YOLO txt data with PyTorch Lightning. `vision-attn train cls --help` "
+                       "(or `train det --help`) lists every config key.")
+    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
     p.add_argument("args", nargs=argparse.REMAINDER,
                    help="--config FILE, --section.key VALUE overrides, --print-config, --help")
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls --checkpoint CKPT --data PATH`",
-                       description="Top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
-                       "(its val/ folder when it has one) or demo:NAME.")
-    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls|det --checkpoint CKPT --data PATH`",
+                       description="cls: top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
+                       "(its val/ folder when it has one) or demo:NAME. det: COCO mAP@[.5:.95], mAP@.5 and "
+                       "per-class AP on the val split of a COCO folder, a YOLO data YAML or demo:digit-boxes.")
+    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
     p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
     p.add_argument("--data", required=True, help="a folder of class folders, a root with val/, or demo:digits")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
@@ -436,12 +488,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.set_defaults(func=_cmd_eval)
 
-    p = sub.add_parser("predict", help="top-k labels for images: `predict cls --checkpoint CKPT IMAGES...`",
-                       description="Top-k labels with probabilities for image files (folders are searched).")
-    p.add_argument("task", choices=["cls"], help="cls: image classification")
+    p = sub.add_parser("predict", help="predict for images: `predict cls|det --checkpoint CKPT IMAGES... [-o OUT]`",
+                       description="cls: top-k labels with probabilities; det: boxes with classes and scores (with "
+                       "-o OUT: the images with boxes drawn and detections.json). Folders are searched for images.")
+    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
     p.add_argument("images", nargs="+", help="image files or folders")
     p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
     p.add_argument("--top-k", type=int, default=5, help="labels per image (default 5)")
+    p.add_argument("-o", "--output", default=None, help="det: folder for the images with boxes and detections.json")
+    p.add_argument("--conf", type=float, default=0.25, help="det: lowest score of a detection (default 0.25)")
+    p.add_argument("--iou", type=float, default=0.7, help="det: IoU of non-maximum suppression (default 0.7)")
     p.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=_cmd_predict)

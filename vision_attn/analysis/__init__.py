@@ -1,5 +1,7 @@
-"""Analysis tools: parameters and FLOPs (``flops``), attention statistics (``attention``); what
-``vision-attn demo`` runs lives in ``demo``."""
+"""Analysis tools: parameters and FLOPs (``flops``), what a TARGET names (``targets``: model, YAML or
+run), timing and memory (``benchmark``), runs side by side (``compare``), attention maps
+(``attention_maps``), attention statistics (``attention``); what ``vision-attn demo`` runs lives in
+``demo``. Only ``flops`` and ``attention`` are imported here; import the others from their modules."""
 from vision_attn.analysis.attention import attention_entropy, uniform_entropy
 from vision_attn.analysis.flops import (
     FUSED_ATTENTION_FORMULAS,

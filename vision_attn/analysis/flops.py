@@ -38,6 +38,7 @@ __all__ = [
     "count_model_flops",
     "default_input_size",
     "flop_counter",
+    "module_tree",
 ]
 
 aten = torch.ops.aten
@@ -324,3 +325,24 @@ def count_model_flops(
     with torch.device(device):
         net = create_model(model, **(model_kwargs or {}))
     return count_flops(net, img_size, batch, depth=depth, name=model)
+
+
+def module_tree(by_module: dict[str, int]) -> list[tuple[str, int, int]]:
+    """The breakdown of :attr:`FlopReport.by_module` as a tree: ``(name, level, macs)`` rows, one per
+    module and per enclosing module (level 0: children of the model), each with the MACs of
+    everything below it, parents before their children, in execution order."""
+    totals: dict[str, int] = {}
+    for name, macs in by_module.items():
+        parts = name.split(".") if name != "(other)" else [name]
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            totals[prefix] = totals.get(prefix, 0) + macs
+    rows: list[tuple[str, int, int]] = []
+
+    def walk(parent: str, level: int) -> None:
+        for name in [n for n in totals if n.count(".") == level and (not parent or n.startswith(parent + "."))]:
+            rows.append((name, level, totals[name]))
+            walk(name, level + 1)
+
+    walk("", 0)
+    return rows

@@ -1,0 +1,24 @@
+"""tools/gpu_check.py's dry run on the CPU: the same code path as on a GPU, tiny sizes, its JSON."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_dry_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--dry-run", "--models",
+                           "vit_tiny_patch16_224", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| model | mode | batch | img/s (bf16) |" in proc.stdout
+    d = json.loads((tmp_path / "gpu_check.json").read_text())
+    check = d["checks"]["vit_tiny_patch16_224"]
+    assert check["fp32_max_abs_diff"] < 1e-4 * max(1.0, check["logit_scale"])  # same weights, same function
+    assert check["grad_max_rel_diff"] < 1e-3
+    ours, theirs = d["results"]
+    assert ours["model"] == "vit_tiny_patch16_224" and theirs["model"] == "timm vit_tiny_patch16_224"
+    assert ours["precision"] == "bf16" and ours["ratio"] > 0 and 0 < ours["mfu"]
+    assert ours["flops_per_call"] == theirs["flops_per_call"]
+    assert d["lightning"]["steps"] == 2 and d["lightning"]["img_per_s"] > 0

@@ -1,0 +1,84 @@
+"""``vision-attn attn-map``: where a model attends on one image, overlaid on it (parsing and printing
+only; see vision_attn.analysis.attention_maps)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+
+from vision_attn.errors import ConfigError, DataError
+
+SAMPLE_PREFIX = "sklearn:"
+
+
+def read_image(spec: str):
+    """(H, W, 3) uint8: an image file, or ``sklearn:china.jpg`` / ``sklearn:flower.jpg`` (photos shipped
+    with scikit-learn)."""
+    from vision_attn.data import load_image
+
+    if spec.startswith(SAMPLE_PREFIX):
+        from sklearn.datasets import load_sample_image
+
+        name = spec[len(SAMPLE_PREFIX):]
+        try:
+            return load_sample_image(name)
+        except (AttributeError, ValueError):
+            raise DataError(f"--image {spec}: scikit-learn ships no sample image {name!r}; use sklearn:china.jpg "
+                            "or sklearn:flower.jpg") from None
+    if not os.path.isfile(spec):
+        raise DataError(f"--image {spec}: no such image file")
+    try:
+        return load_image(spec)
+    except DataError as e:
+        detail = str(e).split("(", 1)[1].split(")", 1)[0] if "(" in str(e) else "unknown format"
+        raise DataError(f"--image {spec}: cannot decode the image ({detail}); give a JPEG, PNG, BMP, WebP or TIFF "
+                        "file") from None
+
+
+def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.analysis.attention_maps import attention_maps, prepare_image, render_maps
+
+    if bool(args.model) == bool(args.checkpoint):
+        raise ConfigError("attn-map: give exactly one of --model NAME or --checkpoint CKPT")
+    image = read_image(args.image)
+    if args.checkpoint:
+        from vision_attn.tasks.inference import load_classifier
+
+        clf = load_classifier(args.checkpoint)
+        model, label = clf.model, f"{clf.hparams['name']} ({args.checkpoint})"
+        size = args.img_size or clf.data_hparams.get("img_size") or clf.hparams.get("img_size") or 224
+        mean, std = clf.data_hparams.get("mean"), clf.data_hparams.get("std")
+    else:
+        import vision_attn
+
+        model = vision_attn.create_model(args.model, pretrained=args.weights, attention=args.attention)
+        label = args.model + (f"+{args.attention}" if args.attention else "")
+        label += "" if args.weights else " (random weights)"
+        size = args.img_size or getattr(getattr(model, "patch_embed", None), "img_size", None) or 224
+        mean = std = None
+    kwargs = {k: v for k, v in (("mean", mean), ("std", std)) if v is not None}
+    shown, x = prepare_image(image, size if isinstance(size, int) else tuple(size), **kwargs)
+    maps = attention_maps(model, x)
+    render_maps(shown, maps, args.output, title=label, max_panels=args.max_panels)
+    what = {"vit": "attention rollout and the last layer's class-token attention per head",
+            "swin": "window attention received per token, first block of each stage",
+            "cbam": "CBAM spatial attention gates"}[maps.kind]
+    shown_n = min(len(maps.maps), args.max_panels)
+    console.print(f"{what}: {len(maps.maps)} map(s), {shown_n} drawn -> {args.output}", markup=False, soft_wrap=True)
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("attn-map", help="attention maps on an image: ViT rollout, Swin windows, CBAM gates",
+                       description="Overlay a model's attention on an image: ViT/DeiT attention rollout and the last "
+                       "layer's class-token attention per head; Swin window attention; CBAM spatial gates.")
+    p.add_argument("--model", default=None, help="a registered model name (random weights unless --weights)")
+    p.add_argument("--checkpoint", default=None, help="a classification run's best.ckpt (or the run folder)")
+    p.add_argument("--weights", default=None, help="--model: a local checkpoint for create_model(pretrained=...)")
+    p.add_argument("--attention", default=None, help="--model: insert this block into a CNN first, e.g. cbam")
+    p.add_argument("--image", required=True, help="an image file, or sklearn:china.jpg / sklearn:flower.jpg")
+    p.add_argument("--img-size", type=int, default=None, help="input size (default: the model's or the run's)")
+    p.add_argument("--max-panels", type=int, default=8, help="at most this many maps (default 8)")
+    p.add_argument("-o", "--output", required=True, help="the PNG to write (atomically)")
+    p.set_defaults(func=_cmd_attn_map)

@@ -1,0 +1,108 @@
+"""``vision-attn benchmark MODEL...``: throughput, latency, peak memory and MFU, optionally side by side
+with timm's model of the same name (parsing and printing only; see vision_attn.analysis.benchmark)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from vision_attn.errors import ConfigError
+
+HEADERS = ["model", "batch", "img/s", "latency ms (median)", "p90 ms", "peak MiB", "GFLOPs/call", "MFU", "vs timm"]
+
+
+def parse_batches(text: str) -> list[int]:
+    """``"1,8"`` -> [1, 8]; every entry a positive integer."""
+    try:
+        out = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        out = []
+    if not out or any(b < 1 for b in out):
+        raise ConfigError(f"--batch {text!r}: give positive batch sizes separated by commas, e.g. 1,8")
+    return out
+
+
+def rows_of(results: list) -> list[list[Any]]:
+    """Table cells of benchmark results (see HEADERS)."""
+    return [[r.model, r.batch, f"{r.throughput:.2f}", f"{r.latency_ms:.1f}", f"{r.latency_p90_ms:.1f}",
+             f"{r.peak_memory_mb:.1f}", f"{r.flops_per_call / 1e9:.2f}", f"{100 * r.mfu:.1f}%",
+             "" if r.ratio is None else f"{r.ratio:.3f}"] for r in results]
+
+
+def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin
+    from vision_attn.analysis.tables import to_markdown
+    from vision_attn.analysis.targets import load_target
+
+    batches = parse_batches(args.batch)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is visible here; use --device cpu")
+    if args.vs not in (None, "timm"):
+        raise ConfigError(f"--vs {args.vs!r}: only timm is supported")
+    log = (lambda line: console.print(line, style="dim", markup=False)) if args.verbose else None
+    peak = matmul_peak(device, args.precision)
+    results = []
+    for batch in batches:
+        models, pairs = {}, {}
+        img_size = args.img_size
+        for name in args.models:
+            target = load_target(name, scale=args.scale, device="cpu")
+            img_size = img_size or target.img_size or 224
+            models[target.name] = target.model
+            if args.vs == "timm":
+                models[f"timm {name}"] = timm_twin(name, args.img_size)
+                pairs[target.name] = f"timm {name}"
+        results += benchmark_models(models, batch=batch, img_size=img_size, device=device, precision=args.precision,
+                                    compile=args.compile, channels_last=args.channels_last, train=args.train,
+                                    rounds=args.rounds, iters=args.iters, warmup=args.warmup, peak_flops=peak,
+                                    pairs=pairs, log=log)
+    mode = "training step" if args.train else "inference"
+    title = (f"{mode}, {args.precision}{', compiled' if args.compile else ''}"
+             f"{', channels-last' if args.channels_last else ''} on {device}, {results[0].img_size[0]}x"
+             f"{results[0].img_size[1]}; MFU against a measured matmul peak of {peak / 1e9:.0f} GFLOP/s")
+    if args.json:
+        print(json.dumps({"title": title, "matmul_peak_flops": peak, "results": [r.to_dict() for r in results]},
+                         indent=2))
+        return 0
+    if args.markdown:
+        print(title + "\n\n" + to_markdown(HEADERS, rows_of(results)), end="")
+        return 0
+    table = Table(title=title, caption=f"{args.rounds} rounds x {args.iters} calls after {args.warmup} warm-up calls, "
+                  "models alternating; vs timm: median over rounds of the throughput ratio; peak memory: "
+                  f"{results[0].memory_kind}", caption_justify="left")
+    for h in HEADERS:
+        table.add_column(h, justify="left" if h == "model" else "right")
+    for row in rows_of(results):
+        table.add_row(*map(str, row))
+    console.print(table)
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("benchmark", help="throughput, latency, peak memory and MFU of models (optionally vs timm)",
+                       description="Throughput, latency (median and p90 after warm-up), peak memory and model FLOP "
+                       "utilisation against a matmul peak measured on the same device at the start. Several models "
+                       "(and with --vs timm their timm twins) run in one process, alternating every round.")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="registered model names (or detector YAMLs, runs)")
+    p.add_argument("--batch", default="1", help="batch sizes, comma-separated (default 1), e.g. 1,8")
+    p.add_argument("--img-size", type=int, default=None, help="square image size (default: the model's own)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)")
+    p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
+    p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")
+    p.add_argument("--train", action="store_true", help="time a training step (forward, backward, SGD) instead")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--scale", default=None, help="a detector YAML's scale letter")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    p.add_argument("--iters", type=int, default=5, help="calls per model and round (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per model (default 2)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table instead")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each round's throughputs")
+    p.set_defaults(func=_cmd_benchmark)
