@@ -25,8 +25,9 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from vision_attn.errors import ConfigError, TrainingError
+from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
+from vision_attn.tasks.finite import stop_if_not_finite
 from vision_attn.tasks.optim import param_groups
 
 __all__ = ["ClassificationModule", "is_cnn"]
@@ -196,14 +197,7 @@ class ClassificationModule(pl.LightningModule):
                                   f"data.batch_size and data.drop_last true")
             x, target = self.mixup_fn(x, y)
         loss = self._loss(self.model(x), x, target)
-        finite = bool(torch.isfinite(loss.detach()))
-        if self.trainer.world_size > 1:  # every process stops together
-            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
-        if not finite:
-            raise TrainingError(
-                f"the training loss is {loss.item()} at step {self.global_step} (epoch {self.current_epoch}, batch "
-                f"{batch_idx}): training stopped; lower model.lr, set trainer.gradient_clip_val (e.g. 1.0), or check "
-                f"the data")
+        stop_if_not_finite(self, loss, batch_idx, clip="1.0")
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=x.shape[0])
         return loss
 

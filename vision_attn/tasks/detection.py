@@ -24,11 +24,12 @@ import torch
 from timm.utils import ModelEmaV3
 from torch import nn
 
-from vision_attn.errors import ConfigError, TrainingError
+from vision_attn.errors import ConfigError
 from vision_attn.losses import DetectionLoss
 from vision_attn.models.yolo import build_detector
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.tasks.det_schedule import WarmupDecay
+from vision_attn.tasks.finite import stop_if_not_finite
 
 __all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml"]
 
@@ -182,14 +183,7 @@ class DetectionModule(pl.LightningModule):
         x = self._layout(batch["images"])
         parts = self.criterion(self.model(x), batch["boxes"], batch["labels"])
         n = x.shape[0]
-        finite = bool(torch.isfinite(parts.total.detach()))
-        if self.trainer.world_size > 1:
-            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
-        if not finite:
-            raise TrainingError(
-                f"the training loss is {parts.total.item()} at step {self.global_step} (epoch {self.current_epoch}, "
-                f"batch {batch_idx}): training stopped; lower model.lr, set trainer.gradient_clip_val (e.g. 10), "
-                f"or check the data")
+        stop_if_not_finite(self, parts.total, batch_idx, clip="10")
         self.log("train/loss", parts.total.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
         for key in ("box", "cls", "dfl"):
             self.log(f"train/{key}", getattr(parts, key), on_step=False, on_epoch=True, batch_size=n)
