@@ -50,6 +50,11 @@ def _onednn_works() -> bool:
         return False
 
 
+def onednn_linear_available() -> bool:
+    """oneDNN's fused linear kernel is usable on this build and machine (whether or not it is turned on)."""
+    return _onednn_works()
+
+
 def _fast_path(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         _enabled
