@@ -1,0 +1,65 @@
+"""Benchmark-only peer run: ultralytics' own trainer on the same generated detection data.
+
+ultralytics is AGPL and never a dependency of vision_attn: run this in a separate environment that has
+it (and vision_attn, only to materialise the data), e.g.::
+
+    python -m venv /tmp/ulvenv && /tmp/ulvenv/bin/pip install -c constraints.txt -e . ultralytics
+    /tmp/ulvenv/bin/python tools/peer_ultralytics_det.py --epochs 14 --img-size 160 --batch 32
+
+It trains ultralytics' YOLOv8n (its own ``yolov8n.yaml``, from scratch) on ``demo:digit-boxes`` in the
+YOLO txt layout, with the epochs, image size and batch of our config, horizontal flips off (flipped
+digits are other glyphs; our config does not flip either), and prints one JSON line: parameters, GFLOPs,
+mAP@.5, mAP@.5:.95 of the final model on the val split and the wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="demo:digit-boxes", help="demo:digit-boxes or a YOLO data YAML")
+    ap.add_argument("--model", default="yolov8n.yaml", help="an ultralytics model YAML (default yolov8n.yaml)")
+    ap.add_argument("--epochs", type=int, default=14)
+    ap.add_argument("--img-size", type=int, default=160)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the JSON line to this file too")
+    args = ap.parse_args()
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="ultralytics-cfg-"))
+    data = args.data
+    if data.startswith("demo:"):
+        from vision_attn.data.demo import materialise
+
+        data = str(materialise(data.removeprefix("demo:")) / "yolo" / "data.yaml")
+
+    from ultralytics import YOLO
+
+    project = tempfile.mkdtemp(prefix="ultralytics-run-")
+    model = YOLO(args.model)
+    start = time.perf_counter()
+    model.train(data=data, epochs=args.epochs, imgsz=args.img_size, batch=args.batch, workers=args.workers,
+                device="cpu", pretrained=False, amp=False, plots=False, fliplr=0.0, project=project,
+                name="peer", exist_ok=True, seed=0, verbose=False)
+    wall = time.perf_counter() - start
+    metrics = model.val(data=data, imgsz=args.img_size, batch=args.batch, device="cpu", plots=False,
+                        project=project, name="val", verbose=False)
+    n_params = sum(p.numel() for p in model.model.parameters())
+    row = {"peer": f"ultralytics {args.model}", "epochs": args.epochs, "img_size": args.img_size,
+           "batch": args.batch, "params": n_params, "map50": float(metrics.box.map50),
+           "map": float(metrics.box.map), "train_seconds": round(wall, 1), "run": str(Path(project) / "peer")}
+    line = json.dumps(row)
+    print(line)
+    if args.out:
+        Path(args.out).write_text(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
