@@ -1,9 +1,10 @@
 """The ``vision-attn`` command: argument parsing and printing only; every command calls the public API.
 
 Subcommands: ``models`` (registered variants with parameters and GMACs), ``flops`` (one model, detector
-YAML or run in detail), ``demo``, ``train cls`` (a classifier on image folders, configured by YAML and
-``--section.key value`` overrides), ``eval cls`` and ``predict cls`` (a trained run's checkpoint),
-``yaml info|insert|remove`` (detector YAMLs). Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
+YAML or run in detail), ``demo``, ``train cls|det`` (a classifier on image folders or a YOLO-style
+detector on COCO/YOLO data, configured by YAML and ``--section.key value`` overrides), ``eval`` and
+``predict`` (a trained run's checkpoint), ``yaml info|insert|remove`` (detector YAMLs); ``benchmark``,
+``compare``, ``attn-map`` and ``export`` live in :mod:`vision_attn.commands`, one file each. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
