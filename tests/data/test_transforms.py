@@ -69,3 +69,24 @@ def test_seeded_pipelines_repeat_and_workers_differ():
             seed_worker(0)
         outs.append(Info.dataset.transform(image=img)["image"])
     assert not torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_erasing_replaces_one_rectangle_with_random_pixels(seed):
+    img = np.full((40, 40, 3), 128, np.uint8)
+    kw = dict(scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0, color_jitter=0, mean=(0, 0, 0), std=(1, 1, 1), seed=seed)
+    erased = train_transforms(40, random_erasing=1.0, **kw)(image=img)["image"]
+    plain = train_transforms(40, **kw)(image=img)["image"]
+    changed = (erased != plain).any(0)  # (40, 40)
+    ys, xs = changed.nonzero(as_tuple=True)
+    box = changed[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+    assert 0.02 * 1600 * 0.9 <= box.numel() <= 1600 / 3 + 40  # 2-33% of the area, as timm
+    assert box.float().mean() > 0.95  # one filled rectangle (a random pixel can equal 128/255 by chance)
+    values = erased[:, changed]
+    assert 0.2 < values.std() < 0.38 and values.min() >= 0 and values.max() <= 1  # uniform per pixel
+    assert torch.equal(erased[:, ~changed], plain[:, ~changed])
+
+
+def test_random_erasing_probability_is_checked():
+    with pytest.raises(ConfigError, match=r"random_erasing=1.5: give a probability between 0 and 1"):
+        train_transforms(32, random_erasing=1.5)

@@ -2,7 +2,7 @@
 
 Train: random resized crop, horizontal flip, colour jitter, optionally ``n`` RandAugment-style ops
 (rotate, shear, translate, equalize, posterize, solarize, sharpen, contrast) at a magnitude out of 10,
-then normalisation. Eval: resize so that the centre crop keeps ``crop_pct`` of the image (timm's
+optionally random erasing (Zhong et al. 2020, DeiT's ``reprob``), then normalisation. Eval: resize so that the centre crop keeps ``crop_pct`` of the image (timm's
 convention: resize to ``size / crop_pct``), centre crop, normalisation. Every pipeline is built with
 ``Compose(strict=True)``, so an argument that albumentations would silently ignore is an error.
 """
@@ -73,13 +73,19 @@ def train_transforms(
     color_jitter: float = 0.4,
     rand_augment: int = 0,
     rand_augment_magnitude: float = 9.0,
+    random_erasing: float = 0.0,
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
     interpolation: Interpolation = "bicubic",
     seed: int | None = None,
 ) -> A.Compose:
     """The training pipeline: (H, W, 3) uint8 -> (3, h, w) float32; ``rand_augment`` ops per image
-    (0: none), ``color_jitter`` strength for brightness, contrast and saturation (0: none)."""
+    (0: none), ``color_jitter`` strength for brightness, contrast and saturation (0: none).
+
+    ``random_erasing``: the probability of replacing one rectangle (2-33% of the crop's area, aspect
+    0.3-3.3, as timm's ``RandomErasing``) by per-pixel random values (0: none; DeiT uses 0.25). timm
+    draws them from a standard normal after normalisation; here they are uniform over 0..255 before it,
+    which normalises to the same range of a few standard deviations."""
     h, w = _hw(img_size)
     interp = _interp(interpolation)
     if not (len(scale) == 2 and 0 < scale[0] <= scale[1] <= 1):
@@ -96,6 +102,10 @@ def train_transforms(
                                  saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8))
     if rand_augment > 0:
         ops.append(A.SomeOf(rand_augment_ops(rand_augment_magnitude, interp), n=int(rand_augment), p=1.0))
+    if not 0 <= random_erasing <= 1:
+        raise ConfigError(f"random_erasing={random_erasing}: give a probability between 0 and 1 (DeiT: 0.25)")
+    if random_erasing > 0:
+        ops.append(A.Erasing(scale=(0.02, 1 / 3), ratio=(0.3, 3.3), fill="random", p=random_erasing))
     ops += [A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0), ToTensorV2()]
     return A.Compose(ops, strict=True, seed=seed)
 

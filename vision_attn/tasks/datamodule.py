@@ -47,6 +47,7 @@ class ClassificationDataModule(pl.LightningDataModule):
         color_jitter: strength of brightness, contrast and saturation jitter (0: none).
         rand_augment: RandAugment-style operations per image (0: none);
             rand_augment_magnitude: their strength in [0, 10].
+        random_erasing: probability of erasing a random rectangle with random pixels (0: none; DeiT 0.25).
         crop_pct: evaluation crop: resize to ``img_size / crop_pct``, centre crop ``img_size``.
         mean: normalisation mean (RGB, 0..1); std: its standard deviation.
         interpolation: resampling of the crops and resizes.
@@ -72,6 +73,7 @@ class ClassificationDataModule(pl.LightningDataModule):
         color_jitter: float = 0.4,
         rand_augment: int = 0,
         rand_augment_magnitude: float = 9.0,
+        random_erasing: float = 0.0,
         crop_pct: float = 0.875,
         mean: tuple[float, float, float] = IMAGENET_MEAN,
         std: tuple[float, float, float] = IMAGENET_STD,
@@ -117,7 +119,8 @@ class ClassificationDataModule(pl.LightningDataModule):
         hp = self.hparams
         train_tf = train_transforms(hp.img_size, scale=hp.scale, ratio=hp.ratio, hflip=hp.hflip,
                                     color_jitter=hp.color_jitter, rand_augment=hp.rand_augment,
-                                    rand_augment_magnitude=hp.rand_augment_magnitude, mean=hp.mean, std=hp.std,
+                                    rand_augment_magnitude=hp.rand_augment_magnitude,
+                                    random_erasing=hp.random_erasing, mean=hp.mean, std=hp.std,
                                     interpolation=hp.interpolation, seed=hp.seed)
         self.train_set = ImageFolder(splits.train, splits.classes, train_tf)
         self.val_set = ImageFolder(splits.val, splits.classes, self.eval_transform())
