@@ -20,7 +20,7 @@ from rich.table import Table
 
 import vision_attn
 from vision_attn.analysis import FlopReport, count_model_flops
-from vision_attn.commands import register_all
+from vision_attn.commands import ImgSize, register_all
 from vision_attn.errors import ConfigError, VisionAttnError
 
 CONVENTIONS = {
@@ -420,17 +420,8 @@ def _cmd_yaml(args: argparse.Namespace, console: Console) -> int:
                   "(2 x MACs of convolutions and matrix products)")
     return 0
 
+
 # ------------------------------------------------------------------------------------------------
-class _ImgSize(argparse.Action):
-    """``--img-size N`` or ``--img-size H W``: one or two positive integers."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if len(values) > 2 or any(v < 1 for v in values):
-            got = " ".join(map(str, values))
-            parser.error(f"{option_string} takes N (square) or H W, positive integers; got {got}")
-        setattr(namespace, self.dest, list(values))
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``vision-attn`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -452,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "detector YAML or a run's checkpoint. " + CONVENTIONS_LINE)
     p.add_argument("model", metavar="TARGET", help="a registered model name (see `vision-attn models`), a detector "
                    "YAML (e.g. configs/detect/yolov8n.yaml) or a run (runs/NAME or its best.ckpt)")
-    p.add_argument("--img-size", type=int, nargs="+", metavar="N", action=_ImgSize,
+    p.add_argument("--img-size", type=int, nargs="+", metavar="N", action=ImgSize,
                    help="image size: N (square) or H W; default: the model's own (640 for a YAML)")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     p.add_argument("--scale", default=None, help="YAML: a letter of its scales (default: from the file name)")

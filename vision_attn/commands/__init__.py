@@ -12,7 +12,17 @@ import argparse
 import importlib
 import pkgutil
 
-__all__ = ["register_all"]
+__all__ = ["ImgSize", "register_all"]
+
+
+class ImgSize(argparse.Action):
+    """``--img-size N`` or ``--img-size H W`` (with ``type=int, nargs="+"``): one or two positive integers."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) > 2 or any(v < 1 for v in values):
+            got = " ".join(map(str, values))
+            parser.error(f"{option_string} takes N (square) or H W, positive integers; got {got}")
+        setattr(namespace, self.dest, list(values))
 
 
 def register_all(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

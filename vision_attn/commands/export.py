@@ -11,6 +11,7 @@ import tempfile
 from rich.console import Console
 from rich.table import Table
 
+from vision_attn.commands import ImgSize
 from vision_attn.errors import ConfigError
 
 DEFAULT_OPSET = 18  # vision_attn.export.DEFAULT_OPSET, repeated so that --help does not import torch
@@ -150,8 +151,6 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``export onnx`` and ``export quantize``."""
-    from vision_attn.cli import _ImgSize
-
     p = sub.add_parser("export", help="ONNX export with onnxruntime parity check; INT8 quantization",
                        description="Deploy a classifier or detector: `export onnx` writes an ONNX file (checked "
                        "in onnxruntime with --verify); `export quantize` writes its dynamic INT8 version and "
@@ -168,7 +167,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         src.add_argument("--yaml", help="a detector YAML (ultralytics schema)")
         src.add_argument("--scale", help="the YAML's scale letter (n, s, m, ...)")
         q.add_argument("-o", "--output", help="the .onnx file to write")
-        q.add_argument("--img-size", type=int, nargs="+", metavar="N", action=_ImgSize,
+        q.add_argument("--img-size", type=int, nargs="+", metavar="N", action=ImgSize,
                        help="input size N or H W (default: the model's, a run's, or 640 for detectors)")
         q.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
         q.add_argument("--exporter", choices=("dynamo", "torchscript"), default=None,
