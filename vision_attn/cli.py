@@ -202,77 +202,6 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _cmd_train(args: argparse.Namespace, console: Console) -> int:
-    if args.task == "det":
-        from vision_attn.commands._detection import train_det
-
-        return train_det(args, console)
-    from vision_attn.tasks import dump_config, parse_train_config, train_classifier  # Lightning loads here
-    from vision_attn.tasks.config import PRINT_CONFIG_FLAGS, build_train_parser
-
-    rest = list(args.args)
-    if any(a in ("-h", "--help") for a in rest):
-        build_train_parser().print_help()
-        return 0
-    printing = any(a in PRINT_CONFIG_FLAGS for a in rest)
-    cfg = parse_train_config([a for a in rest if a not in PRINT_CONFIG_FLAGS])
-    if printing:
-        print(dump_config(cfg), end="")
-        return 0
-    result = train_classifier(cfg, echo=lambda line: console.print(line, markup=False))
-    if result.metrics:
-        m = result.metrics
-        top1 = "n/a" if m["val_top1"] is None else f"{100 * m['val_top1']:.2f}%"
-        console.print(f"[bold]final val top-1: {top1}[/bold] ({m['model']}, {m['epochs']} epochs, "
-                      f"{m['wall_time_s']:.0f} s, {m['params'] / 1e6:.2f} M params, {m['gmacs']:.4f} GMACs)")
-        console.print(f"run folder: {result.run_dir}")
-    return 0
-
-
-def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
-    if args.task == "det":
-        from vision_attn.commands._detection import eval_det
-
-        return eval_det(args, console)
-    from vision_attn.tasks import evaluate_classifier
-
-    report = evaluate_classifier(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    table = Table(title=f"{report['model']} on {report['data']} ({report['images']} images)")
-    table.add_column("class")
-    table.add_column("images", justify="right")
-    table.add_column("accuracy", justify="right")
-    for name, acc in report["per_class_accuracy"].items():
-        n = report["per_class_images"][name]
-        table.add_row(name, str(n), "n/a" if acc is None else f"{100 * acc:.1f}%")
-    console.print(table)
-    console.print(f"top-1 {100 * report['top1']:.2f}%, top-5 {100 * report['top5']:.2f}%")
-    return 0
-
-
-def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
-    if args.task == "det":
-        from vision_attn.commands._detection import predict_det
-
-        return predict_det(args, console)
-    from vision_attn.tasks import predict_images
-
-    results = predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    table = Table()
-    table.add_column("image")
-    table.add_column(f"top-{args.top_k} (probability)")
-    for r in results:
-        table.add_row(r["image"], ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"]))
-    console.print(table)
-    return 0
-
-
-
 def _parse_at(value: str | None) -> list[int] | None:
     if value is None:
         return None
@@ -302,11 +231,14 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
 
     from vision_attn.analysis.yaml_info import compare_yaml
     from vision_attn.io.atomic import save_torch, write_text
-    from vision_attn.models.yolo import insert_attention_text, remove_attention_text
+    from vision_attn.io.resources import resolve_path
+    from vision_attn.models.yolo import insert_attention_text, remove_attention_text, scale_from_name
     from vision_attn.models.yolo.transfer import transfer_checkpoint
 
-    if not os.path.isfile(args.file):
-        raise ConfigError(f"{args.file}: no such YAML file")
+    source = resolve_path(args.file, kinds=("model",))
+    if source is None or not source.is_file():
+        raise ConfigError(f"{args.file}: no such YAML file (nor a shipped one: `vision-attn configs`)")
+    scale = args.scale or scale_from_name(args.file)
     if not args.dry_run and not args.output:
         raise ConfigError(f"yaml {args.action}: say where to write the result with -o OUT.yaml (or use --dry-run)")
     if args.checkpoint and not args.dry_run and not args.checkpoint_out:
@@ -315,7 +247,7 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
                               "nothing was written")
-    with open(args.file, encoding="utf-8", newline="") as f:
+    with open(source, encoding="utf-8", newline="") as f:
         text = f.read()
     if args.action == "insert":
         if not args.block:
@@ -345,7 +277,7 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         console.print(what + " (dry run: nothing written)")
         return 0
 
-    moved = transfer_checkpoint(args.checkpoint, result.text, result.index_map, scale=args.scale) \
+    moved = transfer_checkpoint(args.checkpoint, result.text, result.index_map, scale=scale) \
         if args.checkpoint else None
     write_text(args.output, result.text)
     console.print(f"{what} -> {args.output}")
@@ -402,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Parameters, MACs and FLOPs of one forward pass of a registered model, a "
                        "detector YAML or a run's checkpoint. " + CONVENTIONS_LINE)
     p.add_argument("model", metavar="TARGET", help="a registered model name (see `vision-attn models`), a detector "
-                   "YAML (e.g. configs/detect/yolov8n.yaml) or a run (runs/NAME or its best.ckpt)")
+                   "YAML (e.g. configs/models/yolov8n.yaml) or a run (runs/NAME or its best.ckpt)")
     p.add_argument("--img-size", type=int, nargs="+", metavar="N", action=ImgSize,
                    help="image size: N (square) or H W; default: the model's own (640 for a YAML)")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
@@ -419,41 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
                        f"{DEMO_MODEL} on a photo at two sizes, with the class token's attention entropy per layer.")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("train", help="train a model: `train cls|det --config configs/{classify,detect}/NAME.yaml`",
-                       description="Train a classifier (cls) on ImageNet-style folders or a YOLO-style detector (det) "
-                       "on COCO json / YOLO txt data with PyTorch Lightning. `vision-attn train cls --help` "
-                       "(or `train det --help`) lists every config key.")
-    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
-    p.add_argument("args", nargs=argparse.REMAINDER,
-                   help="--config FILE, --section.key VALUE overrides, --print-config, --help")
-    p.set_defaults(func=_cmd_train)
-
-    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls|det --checkpoint CKPT --data PATH`",
-                       description="cls: top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
-                       "(its val/ folder when it has one) or demo:NAME. det: COCO mAP@[.5:.95], mAP@.5 and "
-                       "per-class AP on the val split of a COCO folder, a YOLO data YAML or demo:digit-boxes.")
-    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
-    p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
-    p.add_argument("--data", required=True, help="a folder of class folders, a root with val/, or demo:digits")
-    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
-    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
-    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    p.set_defaults(func=_cmd_eval)
-
-    p = sub.add_parser("predict", help="predict for images: `predict cls|det --checkpoint CKPT IMAGES... [-o OUT]`",
-                       description="cls: top-k labels with probabilities; det: boxes with classes and scores (with "
-                       "-o OUT: the images with boxes drawn and detections.json). Folders are searched for images.")
-    p.add_argument("task", choices=["cls", "det"], help="cls: image classification; det: object detection")
-    p.add_argument("images", nargs="+", help="image files or folders")
-    p.add_argument("--checkpoint", required=True, help="a run's best.ckpt or last.ckpt (or the run folder)")
-    p.add_argument("--top-k", type=int, default=5, help="labels per image (default 5)")
-    p.add_argument("-o", "--output", default=None, help="det: folder for the images with boxes and detections.json")
-    p.add_argument("--conf", type=float, default=0.25, help="det: lowest score of a detection (default 0.25)")
-    p.add_argument("--iou", type=float, default=0.7, help="det: IoU of non-maximum suppression (default 0.7)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
-    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.set_defaults(func=_cmd_predict)
-
     p = sub.add_parser("yaml", help="detector YAMLs (ultralytics schema): `yaml info|insert|remove FILE`",
                        description="Detector YAMLs in the ultralytics schema, read safely (nothing in them runs). "
                        "insert/remove edit the rows with every `from` re-indexed and comments kept.")
@@ -461,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="info: per-row table (index, from, repeats, params, module, arguments, output shape) and "
                    "totals (layers, parameters, GFLOPs); insert: attention rows after rows of a module; "
                    "remove: take attention rows out")
-    p.add_argument("file", help="a detector YAML, e.g. configs/detect/yolov8.yaml (or yolov8n.yaml for scale n)")
+    p.add_argument("file", help="a detector YAML, e.g. configs/models/yolov8.yaml (or yolov8n.yaml for scale n)")
     p.add_argument("--scale", default=None, help="a letter of the file's scales (default: from the file name, "
                    "else the first)")
     p.add_argument("--img-size", type=int, default=640, help="square image size, a multiple of 32 (default 640)")

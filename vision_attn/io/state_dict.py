@@ -126,7 +126,7 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
         if names:
             raise _refused(path, names) from None
         raise CheckpointError(
-            f"{path}: not a readable PyTorch checkpoint (the pickle data is damaged or of another format); "
+            f"{path}: not a readable checkpoint (the pickle data is damaged or of another format); "
             f"download or save the file again") from None
     except Exception as e:  # torch and safetensors raise many types for a damaged file
         detail = str(e).splitlines()[0] if str(e) else "no detail"
