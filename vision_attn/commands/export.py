@@ -15,9 +15,18 @@ from vision_attn.errors import ConfigError
 DEFAULT_OPSET = 18  # vision_attn.export.DEFAULT_OPSET, repeated so that --help does not import torch
 
 
-def _source_args(args: argparse.Namespace) -> dict:
-    return {"model": args.model, "checkpoint": args.checkpoint, "yaml": args.yaml, "scale": args.scale,
-            "img_size": args.img_size}
+def _deployable(args: argparse.Namespace, console: Console, what: str):
+    """The network ``--model``/``--checkpoint``/``--yaml`` name (its notes printed), once ``-o`` is checked."""
+    from vision_attn.export import load_deployable
+
+    if args.output is None:
+        raise ConfigError(f"export {args.format}: say where to write {what} with -o {what}")
+    _check_folder(args.output)
+    dep = load_deployable(model=args.model, checkpoint=args.checkpoint, yaml=args.yaml, scale=args.scale,
+                          img_size=args.img_size)
+    for note in dep.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    return dep
 
 
 def _check_folder(output: str) -> str:
@@ -47,15 +56,10 @@ def _print_parity(report, console: Console) -> None:
 def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from vision_attn.export import export_onnx, load_deployable
+    from vision_attn.export import export_onnx
     from vision_attn.export.verify import verify_onnx
 
-    if args.output is None:
-        raise ConfigError("export onnx: say where to write the file with -o OUT.onnx")
-    _check_folder(args.output)
-    dep = load_deployable(**_source_args(args))
-    for note in dep.notes:
-        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    dep = _deployable(args, console, "OUT.onnx")
     model, exporter = dep.model, args.exporter or "dynamo"
     outputs = ["boxes_scores"] if dep.kind == "detector" else ["logits"]
     out_desc = ("(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
@@ -91,15 +95,9 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
 def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from vision_attn.export import load_deployable
     from vision_attn.export.quantize import quantize_and_compare
 
-    if args.output is None:
-        raise ConfigError("export quantize: say where to write the INT8 file with -o OUT.int8.onnx")
-    _check_folder(args.output)
-    dep = load_deployable(**_source_args(args))
-    for note in dep.notes:
-        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    dep = _deployable(args, console, "OUT.int8.onnx")
     if dep.kind == "detector":
         console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
                       "so expect little change", markup=False, soft_wrap=True)
