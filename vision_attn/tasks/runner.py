@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from vision_attn.data import unwrap_worker_error
 from vision_attn.errors import ConfigError, TrainingError, VisionAttnError
@@ -29,6 +31,8 @@ from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["TrainResult", "run_training", "save_final_weights", "run_metrics", "metric_value"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -90,6 +94,27 @@ def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
         torch.set_num_threads(threads)
 
 
+def _named_config_error(section: str, e: Exception, keys: Sequence[str] = ()) -> ConfigError:
+    """A library's rejection of a configured value as one line naming the key (``trainer.max_epochs``):
+    the first of ``keys`` its message names, else the section."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    named = [k for k in keys if re.search(rf"\b{re.escape(k)}\b", text)]
+    where = f"config key {section}.{named[0]}" if named else f"the {section} configuration"
+    return ConfigError(f"{where} was rejected: {text}")
+
+
+def _rejected_as_config_error(section: str, make: Callable[[], T], keys: Sequence[str] = (),
+                              kinds: tuple[type[Exception], ...] = (ValueError, MisconfigurationException)) -> T:
+    """``make()``, with a library's rejection (``kinds``) of the ``section``'s values (not vision_attn's own
+    errors) turned into a ConfigError."""
+    try:
+        return make()
+    except VisionAttnError:
+        raise
+    except kinds as e:
+        raise _named_config_error(section, e, keys) from None
+
+
 def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     import pytorch_lightning as pl
     from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
@@ -100,6 +125,17 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         ckpt_path = str(run.last)
     if ckpt_path is not None and not Path(ckpt_path).is_file():
         raise TrainingError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
+    trainer_cfg = dict(to_dict(cfg)["trainer"])
+    accumulate = trainer_cfg.get("accumulate_grad_batches")
+    if isinstance(accumulate, int) and accumulate < 1:  # Lightning divides by it unchecked
+        raise ConfigError(f"config key trainer.accumulate_grad_batches={accumulate}: give 1 or more")
+    progress = trainer_cfg.pop("enable_progress_bar", None) is not False
+    loggers = [CSVLogger(run.path, name="csv", version=""),
+               TensorBoardLogger(run.path, name="tensorboard", version="", default_hp_metric=False)]
+    trainer = _rejected_as_config_error("trainer", lambda: pl.Trainer(  # before the run folder is touched
+        **trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers, default_root_dir=run.path,
+        enable_progress_bar=progress, plugins=[AtomicCheckpointIO()]), list(trainer_cfg),
+        (ValueError, TypeError, MisconfigurationException))
     main_process = _global_rank() == 0
     run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
@@ -108,14 +144,7 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
             raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
         torch.set_num_threads(cfg.threads)
 
-    module, datamodule = task.build(cfg, say)
-
-    trainer_cfg = dict(to_dict(cfg)["trainer"])
-    progress = trainer_cfg.pop("enable_progress_bar", None) is not False
-    loggers = [CSVLogger(run.path, name="csv", version=""),
-               TensorBoardLogger(run.path, name="tensorboard", version="", default_hp_metric=False)]
-    trainer = pl.Trainer(**trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers,
-                         default_root_dir=run.path, enable_progress_bar=progress, plugins=[AtomicCheckpointIO()])
+    module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
     if ckpt_path is not None:
@@ -125,6 +154,8 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except VisionAttnError as e:
         raise unwrap_worker_error(e) from None
+    except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
+        raise _named_config_error("trainer", e, list(trainer_cfg)) from None
     if trainer.interrupted:
         raise KeyboardInterrupt
     if trainer.limit_val_batches != 0 and module.last_val_step != trainer.global_step:

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from vision_attn.analysis.flops import count_flops
+from vision_attn.errors import DataError
 from vision_attn.io.atomic import write_json
 from vision_attn.tasks.classify.data import ClassificationDataModule
 from vision_attn.tasks.classify.module import ClassificationModule
@@ -43,6 +44,9 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     datamodule = ClassificationDataModule(**data_cfg)
     splits = datamodule.scan()
     say(f"data: {splits.summary()}")
+    if len(splits.classes) < 2:
+        raise DataError(f"{splits.root}: one class folder ({', '.join(splits.classes)}); a classifier needs two or "
+                        "more class folders (train/CLASS/...)")
     model_cfg = to_dict(cfg)["model"]
     module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
                                   class_names=splits.classes)
