@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,6 +19,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) ->
     return proc.stdout
 
 
+@pytest.mark.install  # minutes on a busy machine; `make test` runs it (pytest -m "not benchmark")
 def test_wheel_of_a_fresh_clone_runs_the_shipped_configs_from_an_empty_folder(tmp_path):
     clone, wheels, site, empty = tmp_path / "clone", tmp_path / "wheels", tmp_path / "site", tmp_path / "empty"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -30,19 +33,29 @@ def test_wheel_of_a_fresh_clone_runs_the_shipped_configs_from_an_empty_folder(tm
     empty.mkdir()
     env = dict(env, PYTHONPATH=str(site))
     cli = [sys.executable, "-m", "vision_attn.cli"]
-    where = _run([sys.executable, "-c", "import vision_attn; print(vision_attn.__file__)"], empty, env)
-    assert where.startswith(str(site)), where  # the installed copy, not the checkout
-    out = _run(cli + ["yaml", "info", "yolov8n.yaml"], empty, env)
-    assert "3,157,200 parameters" in out
-    _run(cli + ["yaml", "insert", "yolo11n.yaml", "--block", "CBAM", "--after", "C3k2", "-o", "out.yaml"], empty, env)
+    # the quick commands in one interpreter (each would pay torch's import again): where the package
+    # comes from, then yaml info, yaml insert, flops and configs through vision_attn.cli.main
+    script = (
+        "import json, sys, vision_attn\n"
+        "from vision_attn.cli import main\n"
+        "print('FILE', vision_attn.__file__)\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    assert main(argv) == 0, argv\n")
+    commands = [["yaml", "info", "yolov8n.yaml"],
+                ["yaml", "insert", "yolo11n.yaml", "--block", "CBAM", "--after", "C3k2", "-o", "out.yaml"],
+                ["flops", "yolov8n.yaml", "--json"], ["configs", "demo_*"]]
+    out = _run([sys.executable, "-c", script, json.dumps(commands)], empty, env)
+    assert f"FILE {site}" in out  # the installed copy, not the checkout
+    assert "3,157,200 parameters" in out  # yaml info yolov8n.yaml: ultralytics' count
+    assert '"params": 3157200' in out  # flops yolov8n.yaml
+    assert "demo_digit_boxes" in out
     assert "CBAM" in (empty / "out.yaml").read_text()
-    assert json.loads(_run(cli + ["flops", "yolov8n.yaml", "--json"], empty, env))["params"] == 3_157_200
-    assert "demo_digit_boxes" in _run(cli + ["configs", "demo_*"], empty, env)
     quick = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
              "--data.num_workers", "0", "--trainer.enable_progress_bar", "false"]
     out = _run(cli + ["train", "cls", "--config", "demo_digits", *quick, "--data.persistent_workers", "false"],
                empty, env)
     assert "final val top-1:" in out and (empty / "runs" / "demo_digits" / "best.ckpt").is_file()
     out = _run(cli + ["train", "det", "--config", "demo_digit_boxes", *quick, "--data.persistent_workers", "false",
-                      "--data.batch_size", "4", "--model.plot_images", "0"], empty, env)
+                      "--data.batch_size", "4", "--model.plot_images", "0", "--trainer.check_val_every_n_epoch", "1"],
+               empty, env)
     assert "final val mAP@.5:" in out and (empty / "runs" / "demo_digit_boxes" / "best.ckpt").is_file()
