@@ -13,6 +13,7 @@ from rich.table import Table
 
 from vision_attn.commands import size_text
 from vision_attn.errors import ConfigError
+from vision_attn.io.yaml import DETECTOR_LIMITS, load_yaml, read_yaml_text
 
 
 def _parse_at(value: str | None) -> list[int] | None:
@@ -25,14 +26,9 @@ def _parse_at(value: str | None) -> list[int] | None:
 
 
 def _parse_block_args(value: str | None) -> list[Any] | None:
-    import yaml
-
     if value is None:
         return None
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--args {value!r}: not valid YAML ({' '.join(str(e).split())})") from None
+    loaded = load_yaml(value, f"--args {value!r}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"--args {value!r}: must be a mapping of keyword arguments, e.g. '{{reduction: 8}}'")
     return [loaded]
@@ -45,7 +41,7 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.yaml_info import compare_yaml
     from vision_attn.io.atomic import save_torch, write_text
     from vision_attn.io.resources import resolve_path
-    from vision_attn.models.yolo import insert_attention_text, remove_attention_text, scale_from_name
+    from vision_attn.models.yolo import check_builds, insert_attention_text, remove_attention_text, scale_from_name
     from vision_attn.models.yolo.transfer import transfer_checkpoint
 
     source = resolve_path(args.file, kinds=("model",))
@@ -60,18 +56,19 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
                               "nothing was written")
-    with open(source, encoding="utf-8", newline="") as f:
-        text = f.read()
+    text = read_yaml_text(source, DETECTOR_LIMITS, what="detector YAML")
+    check_builds(text, args.file)
     if args.action == "insert":
         if not args.block:
             raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
         result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
-                                       section=args.section, args=_parse_block_args(args.args))
+                                       section=args.section, args=_parse_block_args(args.args), source=args.file)
         what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
                 if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
     else:
-        result = remove_attention_text(text, args.block)
+        result = remove_attention_text(text, args.block, source=args.file)
         what = f"removed {len(result.removed)} row(s)" if result.removed else "nothing to remove"
+    check_builds(result.text, args.output or f"{args.file} (edited)", stage="output")
     if args.checkpoint and not os.path.isfile(args.checkpoint):
         raise ConfigError(f"--checkpoint {args.checkpoint}: no such file")
 

@@ -9,13 +9,15 @@ is a :class:`ConfigError` naming the closest known key; so is a value of the wro
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from argparse import Namespace as _ArgNamespace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, VisionAttnError
 from vision_attn.io.resources import KINDS, find_shipped, resolve_path
+from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 from vision_attn.tasks.task import Task
 
 __all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "to_dict", "PRINT_CONFIG_FLAGS"]
@@ -26,14 +28,38 @@ TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_st
                     "enable_model_summary": False}
 
 
+PARSER_MODE = "vision_attn"  # jsonargparse's YAML loader behind the bounds of vision_attn.io.yaml
+
+
+def _register_bounded_loader() -> None:
+    """Every config file and value jsonargparse reads is checked by :func:`check_yaml` (size, depth,
+    nodes after alias expansion) before its own loader builds it."""
+    import jsonargparse
+    import yaml
+
+    try:
+        jsonargparse.get_loader(PARSER_MODE)
+        return  # registered once per process
+    except KeyError:
+        plain = jsonargparse.get_loader("yaml")
+
+    def bounded(text: str, path: str | os.PathLike = "") -> Any:
+        check_yaml(text, str(getattr(path, "absolute", path) or "<config value>"), CONFIG_LIMITS)
+        return plain(text)
+
+    jsonargparse.set_loader(PARSER_MODE, bounded, exceptions=(yaml.YAMLError,))
+
+
 def build_train_parser(task: Task):
     """The jsonargparse parser of ``vision-attn train TASK``."""
     from jsonargparse import ActionConfigFile, ArgumentParser
     from pytorch_lightning import Trainer
 
     folder = "/".join(KINDS[task.name])
+    _register_bounded_loader()
     parser = ArgumentParser(
         prog=f"vision-attn train {task.name}", exit_on_error=False, default_env=False, allow_abbrev=False,
+        parser_mode=PARSER_MODE,
         description=task.title + " Give a YAML config (a file, or a shipped name: `vision-attn configs`) and "
         "override any key with --section.key value.")
     parser.add_argument("--config", action=ActionConfigFile,
@@ -131,6 +157,13 @@ def _normalise(argv: Sequence[str], task: Task) -> list[str]:
     return out
 
 
+def _config_files(argv: Sequence[str]) -> list[str]:
+    """The files given to ``--config`` in ``argv`` (``--config F`` and ``--config=F``)."""
+    files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    files += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    return [f for f in files if os.path.isfile(f)]
+
+
 def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Task):
     """A validated configuration (a jsonargparse Namespace) of ``task`` from command-line arguments, or
     from a nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults.
@@ -143,12 +176,13 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
             cfg = parser.parse_object(dict(args))
         else:
             argv = _normalise(list(args or []), task)
-            _check_yaml_files(argv)
+            for path in _config_files(argv):  # refused by size before jsonargparse reads them whole
+                check_file_size(path, CONFIG_LIMITS, what="training config")
             cfg = parser.parse_args(argv)
+    except VisionAttnError:  # the bounded YAML reader's errors name the file and line already
+        raise
     except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
         if isinstance(e, SystemExit) and not e.code:
-            raise
-        if isinstance(e, ConfigError):
             raise
         raise _config_error(e, keys, task.name) from None
     configs = [Path(str(c)) for c in cfg.get("config") or []]
@@ -158,24 +192,6 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
         raise ConfigError(f"name={cfg.name!r}: use letters, digits, '_', '-' and '.' (it names the run folder)")
     _resolve_paths(cfg, task, configs[-1].parent if configs else None)
     return cfg
-
-
-def _check_yaml_files(argv: Sequence[str]) -> None:
-    """A ``--config`` file that is not valid YAML: ConfigError naming the file and line."""
-    import yaml
-
-    for i, a in enumerate(argv):
-        path = a.partition("=")[2] if a.startswith("--config=") else (a if i and argv[i - 1] == "--config" else None)
-        if path is None or not Path(path).is_file():
-            continue
-        try:
-            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(f"{path}: not valid YAML at {where} ({problem}); fix the file or give another "
-                              "--config") from None
 
 
 def _resolve_paths(cfg, task: Task, base: Path | None) -> None:

@@ -137,14 +137,16 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         enable_progress_bar=progress, plugins=[AtomicCheckpointIO()]), list(trainer_cfg),
         (ValueError, TypeError, MisconfigurationException))
     main_process = _global_rank() == 0
-    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
+    run.check(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     if cfg.threads is not None:
-        if cfg.threads < 1:
-            raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
         torch.set_num_threads(cfg.threads)
 
+    # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
+    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
     if ckpt_path is not None:

@@ -17,7 +17,7 @@ from vision_attn.io.atomic import write_json
 from vision_attn.models.yolo import build_detector
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.detect.data import DetectionDataModule
-from vision_attn.tasks.detect.module import DetectionModule
+from vision_attn.tasks.detect.module import DetectionModule, load_detector_yaml
 from vision_attn.tasks.detect.plots import DETECTION_PANELS
 from vision_attn.tasks.detect.run import load_detector_run
 from vision_attn.tasks.plots import epoch_history, plot_curves
@@ -38,6 +38,7 @@ def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo
 
 
 def _build(cfg, say: Echo) -> tuple[Any, Any]:
+    load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
     datamodule = DetectionDataModule(**data_cfg)
     datamodule.scan()

@@ -29,6 +29,7 @@ from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import DetectionLoss
 from vision_attn.io.resources import resolve_path
+from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.models.yolo.transfer import detector_state
@@ -48,7 +49,9 @@ def load_detector_yaml(yaml: str) -> str:
         raise ConfigError(f"model.yaml={yaml!r}: no such file (looked beside the config, in the working directory "
                           "and among the shipped model YAMLs: `vision-attn configs`); give a detector YAML such as "
                           "yolov8n.yaml")
-    return path.read_text(encoding="utf-8")
+    text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
+    check_yaml(text, str(path), DETECTOR_LIMITS)
+    return text
 
 
 def detector_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
