@@ -119,11 +119,13 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
-_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config"}
+_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config",
+           "--precision": "--trainer.precision"}  # --precision bf16-mixed: the trainer's key
 
 
 def _normalise(argv: Sequence[str]) -> list[str]:
-    """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``."""
+    """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``,
+    ``--precision`` is ``--trainer.precision``."""
     out: list[str] = []
     for i, a in enumerate(argv):
         head, eq, value = a.partition("=")
