@@ -1,5 +1,6 @@
 """The oneDNN paths of layers.linear (inference and training): same numbers as F.linear, taken only where they are a drop-in."""
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -246,6 +247,35 @@ def test_training_kernels_are_measured_once_per_dtype_and_thread_count():
     for product in ("forward", "input_grad", "weight_grad"):
         assert getattr(plan, product) in ("onednn", "aten")
         assert set(plan.seconds[product]) in ({"onednn", "aten"}, set())
+
+
+@needs_onednn
+def test_the_choice_is_kept_in_the_cache_so_later_runs_make_the_same(monkeypatch, tmp_path):
+    monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    linear_module._plan.cache_clear()
+    try:
+        plan = training_kernels(torch.bfloat16)
+        stored = json.loads((tmp_path / linear_module.PLANS_FILE).read_text())
+        (key,) = stored
+        assert "bfloat16" in key and f"{torch.get_num_threads()} threads" in key and torch.__version__ in key
+        assert stored[key]["weight_grad"] == plan.weight_grad
+
+        linear_module._plan.cache_clear()  # a new process: reads the file, measures nothing
+
+        def no_measuring(*args, **kwargs):
+            raise AssertionError("measured again")
+
+        monkeypatch.setattr(linear_module, "measure_kernels", no_measuring)
+        assert training_kernels(torch.bfloat16) == plan
+
+        stored[key]["forward"] = "mkl"  # a damaged entry is measured again
+        (tmp_path / linear_module.PLANS_FILE).write_text(json.dumps(stored))
+        linear_module._plan.cache_clear()
+        monkeypatch.setattr(linear_module, "measure_kernels", lambda dtype, clock: ALL_ATEN)
+        assert training_kernels(torch.bfloat16) == ALL_ATEN
+        assert json.loads((tmp_path / linear_module.PLANS_FILE).read_text())[key]["forward"] == "aten"
+    finally:
+        linear_module._plan.cache_clear()
 
 
 @needs_onednn

@@ -10,7 +10,8 @@ ViT forward pass about 1.9x faster here (docs/benchmarks.md).
 Training: when autograd records a graph, :class:`_Linear` (a ``torch.autograd.Function``) runs the
 three products of a linear layer (forward ``x W^T + b``, input gradient ``g W``, weight gradient
 ``g^T x``) each through oneDNN or through ATen's kernel (MKL's GEMM), whichever :func:`training_kernels`
-measured to be faster on this machine, once per dtype and thread count. The forward keeps the
+measured to be faster on this machine, once per dtype and thread count; the choice is kept in the
+user's cache folder, so that later runs make the same one (a run is then deterministic). The forward keeps the
 pre-activation for GELU's backward, so there the GELU is a separate pass (as in ``nn.Linear`` +
 ``nn.GELU``); the bias is fused. Second derivatives (``create_graph=True``) are computed through the
 standard differentiable ops.
@@ -30,11 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import platform
 import statistics
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -42,6 +46,8 @@ import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
+
+from vision_attn.io.cache import cache_dir
 
 _enabled = os.environ.get("VISION_ATTN_ONEDNN", "1") != "0"
 _DTYPES = (torch.float32, torch.bfloat16)
@@ -151,14 +157,73 @@ def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, i
     return KernelPlan(**choice, seconds=seconds)
 
 
+PLANS_FILE = "linear_kernels.json"
+"""The measured choices, in :func:`~vision_attn.io.cache.cache_dir`: one entry per torch version, CPU,
+thread count and dtype."""
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _plan_key(dtype: torch.dtype, threads: int) -> str:
+    return f"torch {torch.__version__}; {_cpu_name()}; {threads} threads; {str(dtype).removeprefix('torch.')}"
+
+
+def _read_plans(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > 1 << 20:  # not ours: ignore it rather than read it
+            return {}
+        plans = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return plans if isinstance(plans, dict) else {}
+
+
+def _stored_plan(entry: Any) -> KernelPlan | None:
+    try:
+        plan = KernelPlan(entry["forward"], entry["input_grad"], entry["weight_grad"], dict(entry["seconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return plan if all(getattr(plan, p) in KERNELS[p] for p in KERNELS) else None
+
+
+def _store_plan(path: Path, key: str, plan: KernelPlan) -> None:
+    """Add ``plan`` to the file (a temporary file renamed over it); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plans = {**_read_plans(path), key: asdict(plan)}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(plans, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 @functools.cache
 def _plan(dtype: torch.dtype, threads: int) -> KernelPlan:
-    return measure_kernels(dtype)
+    path, key = cache_dir() / PLANS_FILE, _plan_key(dtype, threads)
+    plan = _stored_plan(_read_plans(path).get(key))
+    if plan is None:
+        clock = time.thread_time if threads == 1 else time.perf_counter  # one thread: immune to preemption
+        plan = measure_kernels(dtype, clock=clock)
+        _store_plan(path, key, plan)
+    return plan
 
 
 def training_kernels(dtype: torch.dtype = torch.float32) -> KernelPlan:
     """The kernels the training path uses for ``dtype`` at the current thread count: measured once
-    (:func:`measure_kernels`, about 0.1-0.3 s) and kept for the process."""
+    per machine (:func:`measure_kernels`, about 0.1-0.3 s), then read from the cache file
+    :data:`PLANS_FILE`, so that every later run makes the same choice and training stays
+    deterministic; delete the file to measure again."""
     return _plan(dtype, torch.get_num_threads())
 
 
