@@ -13,7 +13,8 @@ three products of a linear layer (forward ``x W^T + b``, input gradient ``g W``,
 measured to be faster on this machine, once per dtype and thread count; the choice is kept in the
 user's cache folder, so that later runs make the same one (a run is then deterministic). The forward keeps the
 pre-activation for GELU's backward, so there the GELU is a separate pass (as in ``nn.Linear`` +
-``nn.GELU``); the bias is fused. Second derivatives (``create_graph=True``) are computed through the
+``nn.GELU``); the bias is fused. What it gains depends on the machine and its load (docs/benchmarks.md,
+"Training step on the CPU"). Second derivatives (``create_graph=True``) are computed through the
 standard differentiable ops.
 
 bf16: bf16 weights and inputs take the same kernels, and so does bf16 autocast on the CPU (Lightning's
