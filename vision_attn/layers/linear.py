@@ -48,7 +48,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from vision_attn.errors import VisionAttnError
 from vision_attn.io.cache import cache_dir
+from vision_attn.io.json import read_json
 
 _enabled = os.environ.get("VISION_ATTN_ONEDNN", "1") != "0"
 _DTYPES = (torch.float32, torch.bfloat16)
@@ -179,11 +181,10 @@ def _plan_key(dtype: torch.dtype, threads: int) -> str:
 
 
 def _read_plans(path: Path) -> dict[str, Any]:
+    """The stored choices; an unreadable, damaged or oversized file counts as none (measured again)."""
     try:
-        if path.stat().st_size > 1 << 20:  # not ours: ignore it rather than read it
-            return {}
-        plans = json.loads(path.read_text())
-    except (OSError, ValueError):
+        plans = read_json(path, what="kernel choices", max_bytes=1 << 20)
+    except (VisionAttnError, OSError):
         return {}
     return plans if isinstance(plans, dict) else {}
 
