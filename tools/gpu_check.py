@@ -10,8 +10,8 @@ For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weigh
   (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
   model FLOP utilisation against a bf16 matrix-multiply peak measured at the start;
 then:
-- ``train cls`` (the digits demo, configs/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
-  demo:digit-boxes, configs/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
+- ``train cls`` (the digits demo, configs/train/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
+  demo:digit-boxes, configs/train/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
   for ``--train-steps`` steps each, bf16-mixed, eager and with ``--model.compile``;
 - the loader against the model: images/s of the image-folder train pipeline at 224 px (JPEG photos,
   PIL decoding and the train augmentations in ``--workers`` processes, default: all CPUs) against
@@ -74,7 +74,7 @@ def parity(name: str, img: int, device: str) -> dict[str, float]:
     return out
 
 
-TRAIN_CONFIGS = {"cls": "configs/classify/demo_digits.yaml", "det": "configs/detect/demo_digit_boxes.yaml"}
+TRAIN_CONFIGS = {"cls": "configs/train/classify/demo_digits.yaml", "det": "configs/train/detect/demo_digit_boxes.yaml"}
 
 
 def lightning_steps(task: str, device: str, steps: int, runs_dir: str, compile: bool = False,
