@@ -125,7 +125,8 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
-_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config"}
+_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config",
+           "--precision": "--trainer.precision"}  # --precision bf16-mixed: the trainer's key
 
 
 def _config_file(value: str, task: Task) -> str:
@@ -141,7 +142,8 @@ def _config_file(value: str, task: Task) -> str:
 
 def _normalise(argv: Sequence[str], task: Task) -> list[str]:
     """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``;
-    ``--config NAME`` names a shipped config when there is no such file."""
+    ``--config NAME`` names a shipped config when there is no such file; ``--precision`` is
+    ``--trainer.precision``."""
     out: list[str] = []
     for i, a in enumerate(argv):
         head, eq, value = a.partition("=")
