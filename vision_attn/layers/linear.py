@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,6 +48,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from vision_attn.errors import VisionAttnError
 from vision_attn.io.cache import cache_dir
+from vision_attn.io.atomic import write_json
 from vision_attn.io.json import read_json
 
 _enabled = os.environ.get("VISION_ATTN_ONEDNN", "1") != "0"
@@ -198,14 +197,9 @@ def _stored_plan(entry: Any) -> KernelPlan | None:
 
 
 def _store_plan(path: Path, key: str, plan: KernelPlan) -> None:
-    """Add ``plan`` to the file (a temporary file renamed over it); a cache that cannot be written is skipped."""
+    """Add ``plan`` to the file (written atomically); a cache that cannot be written is skipped."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        plans = {**_read_plans(path), key: asdict(plan)}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(plans, f, indent=1)
-        os.replace(tmp, path)
+        write_json(path, {**_read_plans(path), key: asdict(plan)}, mkdir=True)
     except OSError:
         pass
 
