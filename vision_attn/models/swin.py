@@ -265,7 +265,9 @@ class SwinTransformer(nn.Module):
                 attn = self.get_submodule(key.rsplit(".", 1)[0])
             except AttributeError:
                 continue  # a block this model lacks: fit_state_dict names it
-            own = attn.relative_position_bias_table
+            own = getattr(attn, "relative_position_bias_table", None)
+            if own is None:
+                continue  # an attention without a table (Swin V2): fit_state_dict names the key
             if table.ndim == 2 and table.shape != own.shape and table.shape[1] == own.shape[1]:
                 try:
                     state_dict[key] = resample_relative_position_bias(table, attn.window_size)
