@@ -3,6 +3,8 @@ files and from official hub-layout files (made here from timm's), any multiple o
 timm's dynamic_img_size does, feature maps for detector necks, the mask token."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import timm
 import torch
@@ -165,3 +167,17 @@ def test_backbone_row_gives_the_token_maps():
         tokens = backbone.net.blocks[1](backbone.net.blocks[0](backbone.net._embed(x)[0]))
     assert [tuple(m.shape) for m in maps] == [(1, 384, 16, 12)] * 2
     assert_close(maps[1].flatten(2).transpose(1, 2), tokens[:, 5:])  # class token and 4 registers dropped
+
+
+def test_flops_and_benchmark_commands_know_dinov2(capsys):
+    from vision_attn.cli import main
+
+    assert main(["flops", "vit_small_patch14_dinov2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["params"] == 22_056_192 and d["input_shape"] == [1, 3, 518, 518]
+    argv = ["benchmark", "vit_small_patch14_reg4_dinov2", "--img-size", "28", "--vs", "timm", "--rounds", "1",
+            "--iters", "1", "--warmup", "1", "--json", "--device", "cpu"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["model"] for r in rows] == ["vit_small_patch14_reg4_dinov2", "timm vit_small_patch14_reg4_dinov2"]
+    assert rows[0]["flops_per_call"] == rows[1]["flops_per_call"] > 0 and rows[0]["ratio"] > 0

@@ -3,6 +3,7 @@
 parameter counts, published GMACs, one fused attention call per block, any input size, stage maps."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -301,3 +302,12 @@ def test_v1_file_into_v2_names_the_keys(tmp_path):
     v1 = vision_attn.create_model("swin_tiny_patch4_window7_224", **NARROW)
     with pytest.raises(vision_attn.CheckpointError, match="relative_position_bias_table"):
         vision_attn.create_model("swinv2_tiny_window8_256", pretrained=save(v1, tmp_path / "v1.pth"), **NARROW)
+
+
+def test_flops_command_knows_swin_v2(capsys):
+    from vision_attn.cli import main
+
+    assert main(["flops", "swinv2_tiny_window8_256", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["params"] == 28_347_154 and d["input_shape"] == [1, 3, 256, 256]
+    assert d["gmacs"] == pytest.approx(5.96, rel=0.01)

@@ -107,6 +107,12 @@ class CosineWindowAttention(WindowAttention):
         h = self.num_heads
         qkv = qkv.view(B, N, G // h, h, 3, d)
         factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
+        if not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)) and not _tracing():
+            # inference: scale q and k in place in the projection's fresh output (one pass, no new tensor)
+            qk = qkv[..., :2, :]
+            norm = torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min_(1e-12)  # (B, N, nW, heads, 2, 1)
+            qk.mul_(factor[..., None] / norm)
+            return qkv.view(B, N, G, 3, d)
         qk = F.normalize(qkv[..., :2, :], dim=-1) * factor[..., None]  # (B, N, nW, heads, 2, d)
         return torch.cat([qk, qkv[..., 2:, :]], dim=-2).view(B, N, G, 3, d)
 
