@@ -21,6 +21,8 @@ from vision_attn.layers.cosine_window_attention import log_spaced_coords
 from vision_attn.models.swin import timm_to_torchvision
 from vision_attn.models.swin_v2 import SwinTransformerV2
 
+from .test_swin_parity import to_official as to_official_v1
+
 ATOL = 1e-4
 TIMM_NAMES = ["swinv2_tiny_window8_256", "swinv2_tiny_window16_256", "swinv2_small_window8_256",
               "swinv2_small_window16_256", "swinv2_base_window8_256", "swinv2_base_window16_256",
@@ -173,20 +175,13 @@ def test_timm_and_torchvision_files_load_into_either_attention_layout(tmp_path, 
 
 
 # Our (timm's) layout -> the official one (github.com/microsoft/Swin-Transformer,
-# models/swin_transformer_v2.py), written here independently of vision_attn.models.swin.official_to_timm:
-#   layers.{i}.downsample.*   (merging at the START of stage i, i >= 1) -> layers.{i-1}.downsample.*
-#   head.fc.weight / head.fc.bias                                      -> head.weight / head.bias
-#   every block gains attn.relative_coords_table (1, 2wh-1, 2ww-1, 2) and attn.relative_position_index
-#   (N, N), and shifted blocks attn_mask (nW, N, N): buffers the official code saves.
+# models/swin_transformer_v2.py), written independently of vision_attn.models.swin.official_to_timm:
+# Swin V1's renames (test_swin_parity.to_official: merging moved to the end of the previous stage,
+# head.fc -> head), and every block gains attn.relative_coords_table (1, 2wh-1, 2ww-1, 2) and
+# attn.relative_position_index (N, N), shifted blocks attn_mask (nW, N, N): buffers the official code saves.
 def to_official(state: dict, window: int = 8, grid: int = 64) -> dict:
-    out = {}
-    for key, value in state.items():
-        m = re.match(r"layers\.(\d+)\.downsample\.(.+)", key)
-        if m:
-            key = f"layers.{int(m.group(1)) - 1}.downsample.{m.group(2)}"
-        elif key.startswith("head.fc."):
-            key = "head." + key[len("head.fc."):]
-        out[key] = value
+    out = to_official_v1(state)
+    for key in list(out):
         m = re.match(r"layers\.(\d+)\.blocks\.(\d+)\.attn\.logit_scale", key)
         if m:
             stage, block = int(m.group(1)), int(m.group(2))
@@ -311,3 +306,16 @@ def test_flops_command_knows_swin_v2(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["params"] == 28_347_154 and d["input_shape"] == [1, 3, 256, 256]
     assert d["gmacs"] == pytest.approx(5.96, rel=0.01)
+
+
+def test_attention_maps_of_each_stage():
+    from vision_attn.analysis.attention_maps import attention_maps
+
+    torch.manual_seed(11)
+    model = randomise(vision_attn.create_model("swinv2_tiny_window8_256", img_size=128, **NARROW))
+    maps = attention_maps(model, torch.randn(1, 3, 128, 96))
+    assert maps.kind == "swin"
+    assert [tuple(m.shape) for m in maps.maps.values()] == [(32, 24), (16, 12), (8, 6), (4, 3)]
+    # mean attention received per token: the window's queries spread one unit over its 64 keys
+    first = next(iter(maps.maps.values()))
+    assert torch.allclose(first.reshape(4, 8, 3, 8).sum(dim=(1, 3)), torch.ones(4, 3), atol=1e-4)
