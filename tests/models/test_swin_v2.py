@@ -319,3 +319,18 @@ def test_attention_maps_of_each_stage():
     # mean attention received per token: the window's queries spread one unit over its 64 keys
     first = next(iter(maps.maps.values()))
     assert torch.allclose(first.reshape(4, 8, 3, 8).sum(dim=(1, 3)), torch.ones(4, 3), atol=1e-4)
+
+
+def test_inference_bias_cache_follows_the_weights():
+    """The bias computed at inference is reused, and recomputed after the MLP's weights change."""
+    attn = CosineWindowAttention(16, 2, 4).eval()
+    with torch.no_grad():
+        first = attn.relative_position_bias()
+        assert attn.relative_position_bias() is first
+        attn.cpb_mlp[2].weight.mul_(2.0)  # in place, as an optimiser step or load_state_dict writes
+        second = attn.relative_position_bias()
+    assert second is not first and not torch.allclose(second, first)
+    with torch.inference_mode():
+        cached = attn.relative_position_bias()
+    assert not cached.is_inference()  # usable by a later pass that records gradients
+    assert attn.relative_position_bias().requires_grad  # with gradients on, computed afresh

@@ -11,6 +11,7 @@ timm, the official code and torchvision compute this explicitly, (N, N) weights 
 on the same single fused ``scaled_dot_product_attention`` call as Swin V1
 (:class:`~vision_attn.layers.window_attention.WindowAttention`): q and k are L2-normalised, τ_h·√d is
 folded into q (the kernel divides by √d), and the bias and the shifted-window mask are one additive mask.
+At inference q and k are scaled in place and the bias is cached until the MLP's weights change.
 
 Keys: ``qkv.weight`` (no bias), ``q_bias``, ``v_bias`` (the key has no bias), ``logit_scale`` (heads, 1, 1),
 ``cpb_mlp.0``, ``cpb_mlp.2``, ``proj`` (timm's and the official layout).
@@ -68,6 +69,7 @@ class CosineWindowAttention(WindowAttention):
         self.pretrained_window_size = to_2tuple(pretrained_window_size)
         self._init_qkv_bias(qkv_bias)
         self._coords: dict[torch.device, torch.Tensor] = {}
+        self._bias_cache: tuple[tuple, torch.Tensor] | None = None
 
     def _init_position_bias(self) -> None:
         self.logit_scale = nn.Parameter(torch.full((self.num_heads, 1, 1), math.log(10.0)))
@@ -85,7 +87,21 @@ class CosineWindowAttention(WindowAttention):
         return torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
 
     def relative_position_bias(self) -> torch.Tensor:
-        """16 · sigmoid(MLP(log-spaced offsets)) gathered per pair of tokens: (heads, N, N)."""
+        """16 · sigmoid(MLP(log-spaced offsets)) gathered per pair of tokens: (heads, N, N).
+
+        Where no gradient reaches the MLP (inference, a frozen MLP) the result is cached, keyed by
+        the storage and version counter of each MLP parameter, so that an optimiser step or a
+        ``load_state_dict`` (both write in place) recomputes it."""
+        params = tuple(self.cpb_mlp.parameters())
+        if _tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
+            return self._continuous_bias()
+        key = tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
+        if self._bias_cache is None or self._bias_cache[0] != key:
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: usable where gradients flow
+                self._bias_cache = (key, self._continuous_bias())
+        return self._bias_cache[1]
+
+    def _continuous_bias(self) -> torch.Tensor:
         device = self.logit_scale.device
         coords = self._coords.get(device)
         if coords is None:
