@@ -1,6 +1,7 @@
 """Benchmark: vision_attn's Swin against timm's, same weights, in one process, alternating.
 
     .venv/bin/python tools/bench_swin.py [--model swin_tiny_patch4_window7_224] [--rounds 7]
+    .venv/bin/python tools/bench_swin.py --model swinv2_tiny_window8_256 --img-size 256 --train-batch 8 --threads 2
 
 Two measurements, each ours against timm with the same weights:
 
@@ -105,7 +106,11 @@ def main() -> None:
                     "torch": torch.__version__, "timm": timm.__version__}
     with tempfile.TemporaryDirectory() as tmp:
         weights = os.path.join(tmp, "w.pth")
-        torch.save(timm.create_model(args.model).state_dict(), weights)
+        src = timm.create_model(args.model)
+        with torch.no_grad():  # non-trivial values everywhere (Swin V2 starts its post-norms at zero)
+            for p in src.parameters():
+                p.add_(torch.randn_like(p), alpha=0.02 if p.ndim > 1 else 0.1)
+        torch.save(src.state_dict(), weights)
         models = {"timm": build("timm", args.model, weights), "ours": build("ours", args.model, weights)}
         steps = {k: Steps(m, args.batch, args.train_batch, args.img_size) for k, m in models.items()}
         diff = (steps["timm"].infer() - steps["ours"].infer()).abs().max().item()

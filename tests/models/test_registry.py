@@ -11,7 +11,7 @@ import torchvision
 import vision_attn
 from vision_attn.models.vit import VisionTransformer
 
-TORCHVISION_NAMES = {"vit_b_16", "vit_b_32", "vit_l_16", "swin_t", "swin_s", "swin_b"}
+TORCHVISION_NAMES = {"vit_b_16", "vit_b_32", "vit_l_16", "swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "swin_v2_b"}
 ALL_NAMES = vision_attn.list_models()
 
 

@@ -17,7 +17,7 @@ from vision_attn.cli import main
 from vision_attn.layers import TimmWindows, TorchvisionWindows
 from vision_attn.models.swin import SwinTransformer
 
-SWIN_NAMES = vision_attn.list_models("swin*")
+SWIN_NAMES = [n for n in vision_attn.list_models("swin*") if not n.startswith(("swinv2", "swin_v2"))]  # V1 only
 TV_NAMES = {"swin_t", "swin_s", "swin_b"}
 
 

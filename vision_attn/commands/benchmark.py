@@ -36,6 +36,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, share_weights, timm_twin
+    from vision_attn.analysis.flops import default_input_size
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
 
@@ -53,7 +54,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
         img_size = args.img_size
         for name in args.models:
             target = load_target(name, scale=args.scale, device="cpu")
-            img_size = img_size or target.img_size or 224
+            img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
             models[target.name] = target.model
             if args.vs == "timm":
                 models[f"timm {name}"] = twin = timm_twin(name, args.img_size)

@@ -1,12 +1,13 @@
 """Building blocks, one concept a file; nothing here knows about models."""
 from vision_attn.layers.attention import Attention, attend, record_attention
+from vision_attn.layers.cosine_window_attention import CosineWindowAttention, TorchvisionCosineWindowAttention
 from vision_attn.layers.block import BLOCKS, Block, LayerNorm6, PostNormBlock
 from vision_attn.layers.drop_path import DropPath, drop_path
 from vision_attn.layers.layer_scale import LayerScale
 from vision_attn.layers.linear import linear, set_onednn_linear
-from vision_attn.layers.mlp import Mlp
+from vision_attn.layers.mlp import Mlp, SwiGLU
 from vision_attn.layers.patch_embed import PatchEmbed, to_2tuple
-from vision_attn.layers.patch_merging import PatchMerging
+from vision_attn.layers.patch_merging import PatchMerging, PatchMergingV2
 from vision_attn.layers.pos_embed import (
     POS_EMBED_KINDS,
     Rope2D,
@@ -14,7 +15,14 @@ from vision_attn.layers.pos_embed import (
     resample_abs_pos_embed,
     sincos_2d,
 )
-from vision_attn.layers.swin_block import WINDOW_RULES, SwinBlock, TimmWindows, TorchvisionWindows, WindowRule
+from vision_attn.layers.swin_block import (
+    WINDOW_RULES,
+    SwinBlock,
+    SwinV2Block,
+    TimmWindows,
+    TorchvisionWindows,
+    WindowRule,
+)
 from vision_attn.layers.window_attention import (
     ShiftedWindows,
     WindowAttention,
@@ -29,10 +37,11 @@ from vision_attn.layers.window_attention import (
 
 __all__ = [
     "Attention", "attend", "record_attention", "BLOCKS", "Block", "PostNormBlock", "LayerNorm6",
-    "DropPath", "drop_path", "LayerScale", "linear", "set_onednn_linear", "Mlp", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
+    "DropPath", "drop_path", "LayerScale", "linear", "set_onednn_linear", "Mlp", "SwiGLU", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
     "Rope2D", "apply_rope", "resample_abs_pos_embed", "sincos_2d",
     "PatchMerging", "WindowAttention", "ShiftedWindows", "window_partition", "window_reverse", "window_index",
     "gather_tokens", "region_mask",
     "relative_position_index", "resample_relative_position_bias", "SwinBlock", "WindowRule", "TimmWindows",
-    "TorchvisionWindows", "WINDOW_RULES",
+    "TorchvisionWindows", "WINDOW_RULES", "SwinV2Block", "PatchMergingV2", "CosineWindowAttention",
+    "TorchvisionCosineWindowAttention",
 ]

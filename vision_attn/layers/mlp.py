@@ -1,9 +1,10 @@
-"""The Transformer feed-forward network."""
+"""The Transformer feed-forward networks: the plain MLP and its gated (SwiGLU) form."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from vision_attn.errors import ConfigError
 from vision_attn.layers.linear import linear
 
 
@@ -34,4 +35,35 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.drop1(linear(x, self.fc1, self.act))  # (..., hidden)
+        return self.drop2(linear(x, self.fc2))
+
+
+class SwiGLU(Mlp):
+    """Gated feed-forward network (Shazeer 2020), as in DINOv2's giant model: ``fc1`` projects to
+    ``hidden_features`` = two halves (gate, value), the block computes act(gate) * value and ``fc2``
+    projects the half width back; (..., in) -> (..., out).
+
+    Keys ``fc1`` (the packed ``w12`` of the official DINOv2 code, gate rows first) and ``fc2`` (its
+    ``w3``), timm's ``SwiGLUPacked`` layout. The activation defaults to SiLU; the block's GELU
+    default is not passed in unless the model says so.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int | None = None,
+        out_features: int | None = None,
+        act_layer: type[nn.Module] = nn.SiLU,
+        drop: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        hidden_features = hidden_features or 2 * in_features
+        if hidden_features % 2:
+            raise ConfigError(f"SwiGLU needs an even hidden width (gate and value halves), got {hidden_features}")
+        super().__init__(in_features, hidden_features, out_features, act_layer=act_layer, drop=drop, bias=bias)
+        self.fc2 = nn.Linear(hidden_features // 2, out_features or in_features, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = linear(x, self.fc1).chunk(2, dim=-1)  # (..., hidden/2) each
+        x = self.drop1(self.act(gate) * value)
         return self.drop2(linear(x, self.fc2))

@@ -1,4 +1,7 @@
-"""Patch merging (Swin): halve a map's resolution by concatenating each 2x2 neighbourhood."""
+"""Patch merging (Swin): halve a map's resolution by concatenating each 2x2 neighbourhood.
+
+:class:`PatchMerging` (Swin V1) normalises the 4C concatenation and then projects it;
+:class:`PatchMergingV2` (Swin V2) projects first and normalises the projection."""
 from __future__ import annotations
 
 import torch
@@ -21,17 +24,35 @@ class PatchMerging(nn.Module):
         super().__init__()
         self.dim = dim
         self.out_dim = out_dim or 2 * dim
-        self.norm = norm_layer(4 * dim)
+        self.norm = norm_layer(self._norm_features())
         self.reduction = nn.Linear(4 * dim, self.out_dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _norm_features(self) -> int:
+        return 4 * self.dim
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, W, C) -> the concatenated neighbourhoods (B, ceil(H/2), ceil(W/2), 4C)."""
         B, H, W, C = x.shape
         if H % 2 or W % 2:
             x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
             H, W = H + H % 2, W + W % 2
         # (B, H/2, row offset, W/2, column offset, C) -> (B, H/2, W/2, column offset, row offset, C)
-        x = x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
-        return linear(self.norm(x), self.reduction)  # (B, H/2, W/2, out_dim)
+        return x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(self.norm(self.merge(x)), self.reduction)  # (B, H/2, W/2, out_dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, out_dim={self.out_dim}"
+
+
+class PatchMergingV2(PatchMerging):
+    """Swin V2's patch merging: the same 2x2 concatenation, projected (4C -> out_dim, no bias) and
+    then normalised over ``out_dim``; (B, H, W, C) -> (B, ceil(H/2), ceil(W/2), out_dim). Keys
+    ``reduction`` and ``norm`` (timm's, torchvision's and the official layout)."""
+
+    def _norm_features(self) -> int:
+        return self.out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(linear(self.merge(x), self.reduction))

@@ -17,6 +17,8 @@ The two give different outputs whenever a stage's run-time size differs from its
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,7 +28,7 @@ from vision_attn.layers.mlp import Mlp
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.window_attention import ShiftedWindows, WindowAttention, gather_tokens
 
-__all__ = ["WindowRule", "TimmWindows", "TorchvisionWindows", "WINDOW_RULES", "SwinBlock"]
+__all__ = ["WindowRule", "TimmWindows", "TorchvisionWindows", "WINDOW_RULES", "SwinBlock", "SwinV2Block"]
 
 Pair = tuple[int, int]
 
@@ -85,7 +87,9 @@ class SwinBlock(nn.Module):
 
     ``resolution``: the configured size of the maps the block will see, which the ``rule`` may use to
     fix window and shift (None: take them as given). ``windows``: the cache of gather orders and
-    region masks, shared by the blocks of a stage. Keys ``norm1``, ``attn``, ``norm2``, ``mlp`` (timm's layout).
+    region masks, shared by the blocks of a stage. ``attn_layer``: the window attention, called as
+    ``attn_layer(dim, num_heads, window, qkv_bias=, attn_drop=, proj_drop=)``. Keys ``norm1``, ``attn``,
+    ``norm2``, ``mlp`` (timm's layout).
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class SwinBlock(nn.Module):
         norm_layer: type[nn.Module] = nn.LayerNorm,
         rule: WindowRule | None = None,
         windows: ShiftedWindows | None = None,
+        attn_layer: Callable[..., nn.Module] = WindowAttention,
     ) -> None:
         super().__init__()
         self.rule = rule or TimmWindows()
@@ -113,7 +118,7 @@ class SwinBlock(nn.Module):
         self.window_size, self.shift_size = window, shift
         self.windows = windows if windows is not None else ShiftedWindows()
         self.norm1 = norm_layer(dim)
-        self.attn = WindowAttention(dim, num_heads, window, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.attn = attn_layer(dim, num_heads, window, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
@@ -149,3 +154,16 @@ class SwinBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"window_size={self.window_size}, shift_size={self.shift_size}, rule={self.rule.name}"
+
+
+class SwinV2Block(SwinBlock):
+    """Swin V2's residual post-norm: x + norm1(attn(x)), then x + norm2(mlp(x)); (B, H, W, C) in and out.
+
+    The norms sit at the end of each branch, so the residual stream itself is never normalised (what
+    lets Swin V2 train deeper and wider than V1). Same keys as :class:`SwinBlock`; pair it with
+    :class:`~vision_attn.layers.cosine_window_attention.CosineWindowAttention` as ``attn_layer``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path1(self.norm1(self._window_attention(x)))
+        return x + self.drop_path2(self.norm2(self.mlp(x)))

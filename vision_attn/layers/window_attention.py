@@ -357,9 +357,7 @@ class WindowAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.window_size = to_2tuple(window_size)
-        wh, ww = self.window_size
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self._init_position_bias()
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
@@ -368,9 +366,15 @@ class WindowAttention(nn.Module):
         self.weights = None
         self._index: dict[torch.device, torch.Tensor] = {}
 
-    def relative_position_bias(self) -> torch.Tensor:
-        """The bias (heads, N, N) gathered from the table."""
-        device = self.relative_position_bias_table.device
+    def _init_position_bias(self) -> None:
+        """The learned table ((2wh-1)*(2ww-1), heads) of relative position biases."""
+        wh, ww = self.window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), self.num_heads))
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def _gather_bias(self, table: torch.Tensor) -> torch.Tensor:
+        """A table ((2wh-1)*(2ww-1), heads) -> the bias (heads, N, N) of each pair of tokens of a window."""
+        device = table.device
         index = self._index.get(device)
         if index is None:
             with torch.inference_mode(False):  # cached: usable by later passes that record gradients
@@ -378,16 +382,28 @@ class WindowAttention(nn.Module):
             if not _tracing():
                 self._index[device] = index
         n = self.window_size[0] * self.window_size[1]
-        bias = self.relative_position_bias_table[index]  # (N*N, heads)
+        bias = table[index]  # (N*N, heads)
         # contiguous: the GPU's fused kernels take a mask only with unit stride along its last dimension
         return bias.view(n, n, self.num_heads).permute(2, 0, 1).contiguous()  # (heads, N, N)
+
+    def relative_position_bias(self) -> torch.Tensor:
+        """The bias (heads, N, N) gathered from the table."""
+        return self._gather_bias(self.relative_position_bias_table)
+
+    def qkv_bias(self) -> torch.Tensor | None:
+        """The bias (3C,) of the qkv projection, in (q/k/v, head, d) order."""
+        return self.qkv.bias
 
     def _qkv_by_head(self) -> _Affine:
         """The qkv projection with its output rows reordered from (q/k/v, head, d) to (head, q/k/v, d)."""
         h, d, C = self.num_heads, self.head_dim, self.dim
         w = self.qkv.weight.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
-        b = self.qkv.bias
+        b = self.qkv_bias()
         return _Affine(w, b.view(3, h, d).transpose(0, 1).reshape(3 * C) if b is not None else None)
+
+    def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
+        """Packed (B, N, nW*heads, 3, d) -> what the kernel takes, which divides q kᵀ by √d: as it is here."""
+        return qkv
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if x.dim() == 3:  # windows (B*nW, N, C): as token-major windows, one window per row if unmasked
@@ -399,7 +415,7 @@ class WindowAttention(nn.Module):
             return out.transpose(1, 2).reshape(Bw, N, C)
         B, N, nW, C = x.shape
         h, d = self.num_heads, self.head_dim
-        qkv = linear(x, self._qkv_by_head()).view(B, N, nW * h, 3, d)  # packed: no copy to split heads
+        qkv = self.scale_qk(linear(x, self._qkv_by_head()).view(B, N, nW * h, 3, d))  # packed: no copy to split heads
         bias = self.relative_position_bias().to(qkv.dtype)  # (heads, N, N)
         if mask is None:
             full = bias.expand(nW, h, N, N) if nW > 1 else bias.unsqueeze(0)

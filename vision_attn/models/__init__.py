@@ -1,6 +1,7 @@
 """Model families, registered by name; ``create_model`` builds any of them."""
 from vision_attn.models import vit  # noqa: F401  (registers the ViT/DeiT variants)
 from vision_attn.models import swin  # noqa: F401  (registers the Swin variants)
+from vision_attn.models import swin_v2  # noqa: F401  (registers the Swin V2 variants)
 from vision_attn.models import cnn  # noqa: F401  (registers torchvision's ResNets and the timm: prefix)
 from vision_attn.models.checkpoint import load_checkpoint, read_state_dict
 from vision_attn.models.insert import Insertion, InsertionReport, insert_attention

@@ -14,7 +14,7 @@ by :meth:`SwinTransformer.convert_checkpoint`.
 from __future__ import annotations
 
 import re
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 from torch import nn
@@ -24,7 +24,7 @@ from vision_attn.layers import PatchEmbed, to_2tuple
 from vision_attn.layers.linear import linear
 from vision_attn.layers.patch_merging import PatchMerging
 from vision_attn.layers.swin_block import WINDOW_RULES, SwinBlock, WindowRule
-from vision_attn.layers.window_attention import ShiftedWindows, resample_relative_position_bias
+from vision_attn.layers.window_attention import ShiftedWindows, WindowAttention, resample_relative_position_bias
 from vision_attn.models.registry import register_model
 
 __all__ = ["SwinTransformer", "SwinStage", "ClassifierHead", "torchvision_to_timm", "official_to_timm",
@@ -37,6 +37,8 @@ class SwinStage(nn.Module):
 
     ``resolution`` is the configured size of the stage's maps (after merging). The blocks share one
     cache of gather orders and region masks (:class:`~vision_attn.layers.window_attention.ShiftedWindows`).
+    ``block_layer``, ``merge_layer`` and ``attn_layer`` are the block, patch merging and window
+    attention classes (Swin V1's by default; Swin V2 injects its own).
     """
 
     def __init__(
@@ -55,17 +57,20 @@ class SwinStage(nn.Module):
         attn_drop: float = 0.0,
         drop_path: Sequence[float] = (),
         norm_layer: type[nn.Module] = nn.LayerNorm,
+        block_layer: type[SwinBlock] = SwinBlock,
+        merge_layer: type[nn.Module] = PatchMerging,
+        attn_layer: Callable[..., nn.Module] = WindowAttention,
     ) -> None:
         super().__init__()
         self.resolution = resolution
-        self.downsample = PatchMerging(dim, out_dim, norm_layer) if downsample else nn.Identity()
+        self.downsample = merge_layer(dim, out_dim, norm_layer) if downsample else nn.Identity()
         self.windows = ShiftedWindows()
         shift = (window_size[0] // 2, window_size[1] // 2)
         self.blocks = nn.Sequential(*[
-            SwinBlock(out_dim, num_heads, window_size, (0, 0) if i % 2 == 0 else shift, resolution,
-                      mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop, attn_drop=attn_drop,
-                      drop_path=drop_path[i] if drop_path else 0.0, norm_layer=norm_layer, rule=rule,
-                      windows=self.windows)
+            block_layer(out_dim, num_heads, window_size, (0, 0) if i % 2 == 0 else shift, resolution,
+                        mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop, attn_drop=attn_drop,
+                        drop_path=drop_path[i] if drop_path else 0.0, norm_layer=norm_layer, rule=rule,
+                        windows=self.windows, attn_layer=attn_layer)
             for i in range(depth)
         ])
 
@@ -99,7 +104,8 @@ class SwinTransformer(nn.Module):
 
     ``window_rule``: ``"timm"`` or ``"torchvision"`` (or a :class:`WindowRule`), see
     :mod:`vision_attn.layers.swin_block`. Stochastic depth rises linearly from 0 over all blocks to
-    ``drop_path_rate``.
+    ``drop_path_rate``. ``block_layer``, ``merge_layer`` and ``attn_layer`` (one for all stages or one
+    per stage) are injected into every stage (see :class:`SwinStage`).
     """
 
     classifier_keys = ("head.fc.weight", "head.fc.bias")
@@ -123,6 +129,9 @@ class SwinTransformer(nn.Module):
         drop_path_rate: float = 0.1,
         norm_layer: type[nn.Module] = nn.LayerNorm,
         window_rule: Literal["timm", "torchvision"] | WindowRule = "timm",
+        block_layer: type[SwinBlock] = SwinBlock,
+        merge_layer: type[nn.Module] = PatchMerging,
+        attn_layer: Callable[..., nn.Module] | Sequence[Callable[..., nn.Module]] = WindowAttention,
     ) -> None:
         super().__init__()
         if len(depths) != len(num_heads) or not depths:
@@ -142,6 +151,9 @@ class SwinTransformer(nn.Module):
 
         dims = [int(embed_dim * 2**i) for i in range(self.num_layers)]
         dpr = torch.linspace(0, drop_path_rate, sum(depths), device="cpu").split(list(depths))  # cpu: builds under meta
+        attn_layers = list(attn_layer) if isinstance(attn_layer, Sequence) else [attn_layer] * self.num_layers
+        if len(attn_layers) != self.num_layers:
+            raise ConfigError(f"attn_layer: {len(attn_layers)} classes for {self.num_layers} stages; give one or one per stage")
         self.feature_info: list[dict] = []
         stages, res = [], tuple(grid)
         for i, depth in enumerate(depths):
@@ -157,7 +169,8 @@ class SwinTransformer(nn.Module):
             stages.append(SwinStage(
                 dims[max(i - 1, 0)], dims[i], depth, num_heads[i], window, res, downsample=i > 0, rule=self.rule,
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate, attn_drop=attn_drop_rate,
-                drop_path=dpr[i].tolist(), norm_layer=norm_layer))
+                drop_path=dpr[i].tolist(), norm_layer=norm_layer, block_layer=block_layer, merge_layer=merge_layer,
+                attn_layer=attn_layers[i]))
             self.feature_info.append(dict(num_chs=dims[i], reduction=patch_size * 2**i, module=f"layers.{i}"))
         self.layers = nn.Sequential(*stages)
         self.norm = norm_layer(self.num_features)
@@ -252,7 +265,9 @@ class SwinTransformer(nn.Module):
                 attn = self.get_submodule(key.rsplit(".", 1)[0])
             except AttributeError:
                 continue  # a block this model lacks: fit_state_dict names it
-            own = attn.relative_position_bias_table
+            own = getattr(attn, "relative_position_bias_table", None)
+            if own is None:
+                continue  # an attention without a table (Swin V2): fit_state_dict names the key
             if table.ndim == 2 and table.shape != own.shape and table.shape[1] == own.shape[1]:
                 try:
                     state_dict[key] = resample_relative_position_bias(table, attn.window_size)
@@ -268,11 +283,13 @@ class SwinTransformer(nn.Module):
 #   layers.{i}.blocks.{j}.*                       -> the same
 #   layers.{i}.blocks.{j}.attn.relative_position_index   (persistent buffer) -> dropped, recomputed
 #   layers.{i}.blocks.{j}.attn_mask                      (persistent buffer) -> dropped, rebuilt per size
+#   layers.{i}.blocks.{j}.attn.relative_coords_table     (Swin V2's buffer)  -> dropped, recomputed
 #   layers.{i}.downsample.{norm,reduction}  (merging at the END of stage i)  -> layers.{i+1}.downsample.*
 #   norm                                          -> norm
 #   head.weight, head.bias                        -> head.fc.weight, head.fc.bias
 # ``absolute_pos_embed`` (ape=True) has no counterpart and is refused.
-_OFFICIAL_DROPPED = re.compile(r"^layers\.\d+\.blocks\.\d+\.(attn\.relative_position_index|attn_mask)$")
+_OFFICIAL_DROPPED = re.compile(
+    r"^layers\.\d+\.blocks\.\d+\.(attn\.relative_position_index|attn\.relative_coords_table|attn_mask)$")
 _OFFICIAL_DOWNSAMPLE = re.compile(r"^layers\.(\d+)\.downsample\.(.+)$")
 _OFFICIAL_SAME = re.compile(r"^(patch_embed\.(proj|norm)\.|layers\.\d+\.blocks\.\d+\.|norm\.)")
 
@@ -313,13 +330,18 @@ def official_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 #   features.{2s+1}.{j}.attn.qkv / attn.proj / attn.relative_position_bias_table -> the same under the block
 #   features.{2s+1}.{j}.attn.relative_position_index (persistent buffer) -> dropped, recomputed
 #   features.{2s+1}.{j}.mlp.0 / mlp.3 (torchvision.ops.MLP's two Linear layers) -> mlp.fc1 / mlp.fc2
+#   Swin V2 (swin_v2_t/s/b) also: attn.logit_scale, attn.cpb_mlp.0 / cpb_mlp.2 -> the same under the block;
+#   attn.relative_coords_table (persistent buffer) -> dropped, recomputed. Its attn.qkv.bias (3C, the
+#   key third unused) stays as it is: vision_attn.models.swin_v2 fits it to q_bias / v_bias where needed.
 #   features.{2s+2}.norm / reduction (merging after stage s) -> layers.{s+1}.downsample.norm / reduction
 #   norm                                           -> norm
 #   head                                           -> head.fc
 _TV_STEM = {"features.0.0": "patch_embed.proj", "features.0.2": "patch_embed.norm"}
 _TV_BLOCK = {"norm1": "norm1", "norm2": "norm2", "attn.qkv": "attn.qkv", "attn.proj": "attn.proj",
              "attn.relative_position_bias_table": "attn.relative_position_bias_table",
-             "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2"}
+             "mlp.0": "mlp.fc1", "mlp.3": "mlp.fc2",
+             "attn.logit_scale": "attn.logit_scale", "attn.cpb_mlp": "attn.cpb_mlp"}
+_TV_DROPPED = ("attn.relative_position_index", "attn.relative_coords_table")
 _TV_TOP = {"norm": "norm", "head": "head.fc"}
 _TV_FEATURE = re.compile(r"^features\.(\d+)\.(.+)$")
 
@@ -341,7 +363,7 @@ def torchvision_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.
             index, rest = int(m.group(1)), m.group(2)
             if index % 2 == 1:  # blocks of stage (index - 1) / 2
                 block, _, tail = rest.partition(".")
-                if tail == "attn.relative_position_index":
+                if tail in _TV_DROPPED:
                     continue
                 mapped = _map_key(tail, _TV_BLOCK) if block.isdigit() else None
                 new = f"layers.{(index - 1) // 2}.blocks.{block}.{mapped}" if mapped else None
@@ -349,8 +371,8 @@ def torchvision_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.
                 new = f"layers.{index // 2}.downsample.{rest}"
         if new is None:
             raise CheckpointError(
-                f"torchvision Swin checkpoint: key {key!r} has no counterpart in vision_attn's Swin "
-                f"(Swin V2 files are not supported); check that the file holds a torchvision swin_t/s/b")
+                f"torchvision Swin checkpoint: key {key!r} has no counterpart in vision_attn's Swin; "
+                f"check that the file holds a torchvision swin_t/s/b or swin_v2_t/s/b")
         assert new not in out, f"two torchvision keys map to {new}"
         out[new] = value
     return out

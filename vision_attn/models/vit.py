@@ -2,18 +2,22 @@
 
 One configurable class, :class:`VisionTransformer`; the variants are small registered functions under
 timm's names (``vit_small_patch16_224``, ``deit_tiny_distilled_patch16_224``, ...) and torchvision's
-(``vit_b_16``, ...). The state-dict keys are timm's, so timm checkpoints load as they are; torchvision
-checkpoints are mapped by :func:`torchvision_to_timm` (layout documented there).
+(``vit_b_16``, ...), and DINOv2's backbones under timm's names (``vit_small_patch14_dinov2``,
+``vit_small_patch14_reg4_dinov2``, ... ``vit_giant_patch14_dinov2`` with a SwiGLU feed-forward network).
+The state-dict keys are timm's, so timm checkpoints load as they are; torchvision checkpoints and the
+official DINOv2 hub files are mapped by :func:`torchvision_to_timm` and :func:`dinov2_to_timm`
+(layouts documented there).
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal, Sequence
 
 import torch
 from torch import nn
 
-from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import (
     BLOCKS,
     Attention,
@@ -21,13 +25,14 @@ from vision_attn.layers import (
     Mlp,
     PatchEmbed,
     Rope2D,
+    SwiGLU,
     resample_abs_pos_embed,
     sincos_2d,
 )
 from vision_attn.layers.pos_embed import check_pos_embed_kind
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision"]
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm"]
 
 
 class VisionTransformer(nn.Module):
@@ -40,7 +45,9 @@ class VisionTransformer(nn.Module):
     Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "none"``; ``global_pool`` in
     ``"token" | "avg"``; ``block`` in ``"pre" | "post"`` (or a block class).
     With ``distilled=True`` (DeiT) a second head reads the distillation token: in training the model
-    returns both logits ``(cls, dist)``, at evaluation their mean.
+    returns both logits ``(cls, dist)``, at evaluation their mean. ``mask_token=True`` adds DINOv2's
+    learned mask token (1, D): ``forward_features(x, masks)`` puts it in place of the patch tokens
+    that the boolean ``masks`` (B, h*w) select, and official DINOv2 files keep theirs.
     """
 
     classifier_keys = ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias")
@@ -69,7 +76,9 @@ class VisionTransformer(nn.Module):
         block: str | type[nn.Module] = "pre",
         attn_class: type[nn.Module] = Attention,
         ffn_layer: type[nn.Module] = Mlp,
+        act_layer: type[nn.Module] = nn.GELU,
         norm_layer: type[nn.Module] = LayerNorm6,
+        mask_token: bool = False,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
@@ -102,6 +111,7 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
+        self.mask_token = nn.Parameter(torch.zeros(1, embed_dim)) if mask_token else None
         embed_len = self.patch_embed.num_patches + (0 if self.no_embed_class else self.num_prefix_tokens)
         self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
         self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
@@ -111,7 +121,7 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             block_fn(embed_dim, num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_norm=qk_norm,
                      proj_drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], init_values=init_values,
-                     norm_layer=norm_layer, attn_class=attn_class, ffn_layer=ffn_layer)
+                     act_layer=act_layer, norm_layer=norm_layer, attn_class=attn_class, ffn_layer=ffn_layer)
             for i in range(depth)
         )
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
@@ -140,7 +150,7 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that optimisers should exclude from weight decay."""
-        return {"pos_embed", "cls_token", "dist_token", "reg_token"}
+        return {"pos_embed", "cls_token", "dist_token", "reg_token", "mask_token"}
 
     def get_classifier(self) -> nn.Module:
         return self.head
@@ -163,11 +173,18 @@ class VisionTransformer(nn.Module):
         self.distilled_training = enable
 
     # ---------------------------------------------------------------- forward
-    def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added, and the grid (h, w)."""
+    def _embed(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added, and the grid (h, w);
+        patch tokens selected by ``masks`` (B, h*w) become the mask token first."""
         x = self.patch_embed(x)  # (B, h, w, D)
         B, h, w, D = x.shape
         x = x.reshape(B, h * w, D)  # (B, h*w, D)
+        if masks is not None:
+            if self.mask_token is None:
+                raise ConfigError("masks given, but the model has no mask token: build it with mask_token=True")
+            if masks.shape != (B, h * w):
+                raise DataError(f"masks of shape {tuple(masks.shape)}: expected ({B}, {h * w}), one per patch of the {h}x{w} grid")
+            x = torch.where(masks.bool().unsqueeze(-1), self.mask_token.to(x.dtype), x)
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if self.pos_embed is not None:
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
@@ -186,9 +203,10 @@ class VisionTransformer(nn.Module):
     def _rope(self, grid: tuple[int, int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return self.rope(grid, x.device, x.dtype) if self.rope is not None else None
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D)."""
-        x, grid = self._embed(x)
+    def forward_features(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> torch.Tensor:
+        """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D); ``masks`` (B, h*w), boolean,
+        replaces those patch tokens by the mask token (``mask_token=True``)."""
+        x, grid = self._embed(x, masks)
         rope = self._rope(grid, x)
         for blk in self.blocks:
             x = blk(x, rope=rope)
@@ -238,10 +256,13 @@ class VisionTransformer(nn.Module):
 
     # ---------------------------------------------------------------- checkpoints
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recognise a timm/vision_attn or torchvision state dict, map it to our keys and resample the
-        position table to this model's grid."""
+        """Recognise a timm/vision_attn, torchvision or official DINOv2 state dict, map it to our keys
+        and resample the position table to this model's grid."""
         if "conv_proj.weight" in state_dict:
             state_dict = torchvision_to_timm(state_dict)
+        elif _is_dinov2(state_dict):
+            state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
+                                        keep_mask_token=self.mask_token is not None)
         else:
             state_dict = dict(state_dict)
         pos = state_dict.get("pos_embed")
@@ -321,6 +342,50 @@ def timm_to_torchvision(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.
         if new is None:
             raise CheckpointError(f"ViT key {key!r} has no counterpart in torchvision's VisionTransformer")
         out[new] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Official DINOv2 layout (github.com/facebookresearch/dinov2, dinov2/models/vision_transformer.py; the
+# hub files dinov2_vit{s,b,l,g}14[_reg4]_pretrain.pth), mapped key by key:
+#   cls_token, pos_embed (1, 1 + N, D: covers the class token), patch_embed.proj, norm -> the same
+#   blocks.{i}.{norm1, attn.qkv, attn.proj, ls1.gamma, norm2, mlp.fc1, mlp.fc2, ls2.gamma} -> the same
+#   blocks.{i}.mlp.w12 / mlp.w3 (the giant model's SwiGLU) -> blocks.{i}.mlp.fc1 / mlp.fc2
+#   register_tokens (1, R, D) -> reg_token; for timm's register models (no_embed_class: the position
+#     table covers the patches only) the class token's position row moves into the token:
+#     cls_token + pos_embed[:, 0] -> cls_token, pos_embed[:, 1:] -> pos_embed (the same sums)
+#   mask_token (1, D) -> mask_token where the model has one (mask_token=True), else dropped (timm's choice)
+# The official hub files have no classifier. Block-chunked files (blocks.{c}.{i}, FSDP training) are refused.
+_DINOV2_SWIGLU = re.compile(r"^(blocks\.\d+\.mlp\.)(w12|w3)\.(weight|bias)$")
+
+
+def _is_dinov2(state_dict: dict[str, torch.Tensor]) -> bool:
+    """Official DINOv2 files carry ``mask_token``, ``register_tokens`` or the packed SwiGLU ``w12``."""
+    return ("mask_token" in state_dict or "register_tokens" in state_dict
+            or any(_DINOV2_SWIGLU.match(k) for k in state_dict))
+
+
+def dinov2_to_timm(state_dict: dict[str, torch.Tensor], no_embed_class: bool = False,
+                   keep_mask_token: bool = False) -> dict[str, torch.Tensor]:
+    """Map an official DINOv2 state dict to timm's (and our) keys (see above). ``no_embed_class``:
+    the target's position table leaves out the prefix tokens (timm's ``_reg4_`` models)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key == "mask_token":
+            if keep_mask_token:
+                out[key] = value
+            continue
+        if re.match(r"^blocks\.\d+\.\d+\.", key):
+            raise CheckpointError(f"DINOv2 checkpoint: key {key!r} is block-chunked (training layout); "
+                                  f"load the hub file (blocks.N.*) or re-save the chunks unchunked")
+        m = _DINOV2_SWIGLU.match(key)
+        new = f"{m.group(1)}{'fc1' if m.group(2) == 'w12' else 'fc2'}.{m.group(3)}" if m else key
+        new = "reg_token" if key == "register_tokens" else new
+        out[new] = value
+    if no_embed_class and "reg_token" in out and "pos_embed" in out and "cls_token" in out:
+        pos = out["pos_embed"]
+        out["cls_token"] = out["cls_token"] + pos[:, :1]
+        out["pos_embed"] = pos[:, 1:]
     return out
 
 
@@ -424,3 +489,59 @@ def vit_b_32(**kwargs) -> VisionTransformer:
 def vit_l_16(**kwargs) -> VisionTransformer:
     """torchvision's ViT-L/16."""
     return _vit(_LARGE, kwargs)
+
+
+# DINOv2 (Oquab et al. 2023) backbones, timm's configurations: patch 14 at 518 px, LayerScale 1e-5, no
+# classifier (num_classes=0: the model returns the normalised class token); any multiple of 14 runs,
+# the position table resampled bicubically with antialiasing, as timm's dynamic_img_size does.
+_DINOV2 = dict(patch_size=14, img_size=518, init_values=1e-5, num_classes=0)
+_REG4 = dict(reg_tokens=4, no_embed_class=True)
+_GIANT = dict(embed_dim=1536, depth=40, num_heads=24, mlp_ratio=2.66667 * 2, ffn_layer=SwiGLU, act_layer=nn.SiLU)
+
+
+@register_model
+def vit_small_patch14_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-S/14 (22.1 M parameters)."""
+    return _vit({**_SMALL, **_DINOV2}, kwargs)
+
+
+@register_model
+def vit_base_patch14_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-B/14 (86.6 M)."""
+    return _vit({**_BASE, **_DINOV2}, kwargs)
+
+
+@register_model
+def vit_large_patch14_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-L/14 (304 M)."""
+    return _vit({**_LARGE, **_DINOV2}, kwargs)
+
+
+@register_model
+def vit_giant_patch14_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-g/14 with a SwiGLU feed-forward network (1.14 B)."""
+    return _vit({**_DINOV2, **_GIANT}, kwargs)
+
+
+@register_model
+def vit_small_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-S/14 with 4 register tokens."""
+    return _vit({**_SMALL, **_DINOV2, **_REG4}, kwargs)
+
+
+@register_model
+def vit_base_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-B/14 with 4 register tokens."""
+    return _vit({**_BASE, **_DINOV2, **_REG4}, kwargs)
+
+
+@register_model
+def vit_large_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-L/14 with 4 register tokens."""
+    return _vit({**_LARGE, **_DINOV2, **_REG4}, kwargs)
+
+
+@register_model
+def vit_giant_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
+    """DINOv2 ViT-g/14 (SwiGLU) with 4 register tokens."""
+    return _vit({**_DINOV2, **_GIANT, **_REG4}, kwargs)
