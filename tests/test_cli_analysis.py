@@ -17,7 +17,7 @@ def _error(capsys) -> str:
 
 
 def test_flops_yaml_json_and_tree(capsys):
-    assert main(["flops", "configs/detect/yolov8.yaml", "--scale", "n", "--json", "--by-module", "--depth", "1"]) == 0
+    assert main(["flops", "configs/models/yolov8.yaml", "--scale", "n", "--json", "--by-module", "--depth", "1"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["kind"] == "yaml" and d["input_shape"] == [1, 3, 640, 640] and d["params"] == 3_157_200
     assert 8.7 <= d["gflops"] <= 8.9

@@ -9,7 +9,7 @@ For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weigh
 - inference at bf16 autocast, eager and torch.compile, ours and timm alternating in one process
   (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
   model FLOP utilisation against a bf16 matrix-multiply peak measured at the start;
-then a few Lightning training steps of the digits demo config (configs/classify/demo_digits.yaml)
+then a few Lightning training steps of the digits demo config (configs/train/classify/demo_digits.yaml)
 on ``accelerator="gpu"``. Prints a Markdown table and writes gpu_check.json to --out (default: $OUT
 if set, else the current folder). ``--dry-run`` runs every step on the CPU with ViT-Ti instead of
 ViT-B, batch 1, one round, two Lightning steps and no torch.compile (minutes of compiling on a
@@ -66,7 +66,7 @@ def lightning_steps(device: str, steps: int, runs_dir: str) -> dict[str, float]:
     """A few training steps of the digits demo on ``accelerator=gpu`` (cpu in a dry run)."""
     from vision_attn.tasks import train_classifier
 
-    argv = ["--config", "configs/classify/demo_digits.yaml", "--name", "gpu_check", "--runs_dir", runs_dir,
+    argv = ["--config", "configs/train/classify/demo_digits.yaml", "--name", "gpu_check", "--runs_dir", runs_dir,
             "--overwrite", "true", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
             "--trainer.devices", "1", "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "2",
             "--data.num_workers", "0", "--data.persistent_workers", "false"]

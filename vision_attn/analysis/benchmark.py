@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
 from vision_attn.layers.linear import onednn_linear_available
 
@@ -307,8 +308,6 @@ class _Runner:
 
     def count_flops(self) -> int:
         """FLOPs of one call, counted on the eager model (fused attention included)."""
-        from vision_attn.analysis.flops import flop_counter
-
         with flop_counter() as counter:
             self.step(self.model)
         return counter.get_total_flops()

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from vision_attn.data import digit_boxes
 from vision_attn.data.folder import split_samples
 from vision_attn.errors import ConfigError
 
@@ -62,9 +63,7 @@ def _faces() -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def _digit_boxes(tmp: Path, final: Path) -> None:
-    from vision_attn.data import digit_boxes
-
-    digit_boxes.write_digit_boxes(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
+    digit_boxes.write_digit_boxes(tmp, digit_boxes.DEMO_CONFIG, final_root=final)  # read when called
 
 
 def _class_folders(load: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]]) -> Callable[[Path, Path], None]:
