@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.models.yolo.blocks import Conv
+from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
 from vision_attn.models.yolo.schema import MAX_CHANNELS, DetectorSpec, Row, parse_spec
@@ -26,6 +26,10 @@ __all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "
 
 PROBE_SIZE = 256
 """Side of the zero image whose forward finds Detect's strides."""
+
+MODERN_HEAD_ROWS = ("C3k2", "A2C2f", "C2fCIB")
+"""A YAML with one of these rows gets Detect's light class branch (depth-wise + 1x1 pairs), as in
+ultralytics' parser; the others (v3/v5/v8/v9 layouts) keep the "legacy" two 3x3 convolutions."""
 
 
 def make_divisible(x: float, divisor: int = 8) -> int:
@@ -133,6 +137,23 @@ def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple
     return [i], maps[i]
 
 
+def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, spec_m: Any, legacy: bool,
+               label: str) -> tuple[list[Any], dict[str, Any]]:
+    """A head row ``[nc]`` (or ``[nc, reg_max]``) -> its constructor's arguments. ``reg_max`` and
+    ``end2end`` come from the YAML's top level unless the head fixes them (``v10Detect``)."""
+    if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or len(args) > 2:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc], got {row.args!r}")
+    if not spec_m.head_options:
+        if len(args) > 1:
+            raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc] (its reg_max is 16), "
+                              f"got {row.args!r}")
+        return [args[0], ch_in], {}
+    reg_max = args[1] if len(args) > 1 else spec.reg_max
+    if not isinstance(reg_max, int) or isinstance(reg_max, bool) or not 1 <= reg_max <= 64:
+        raise ConfigError(f"{label}: row {row.index} field 'args': reg_max {reg_max!r} must be 1 to 64")
+    return [args[0], reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
+
+
 def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
     try:
         return factory(*args, **kwargs)
@@ -159,7 +180,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
     inputs: list[tuple[int, ...]] = []
     multi: list[bool] = []
     info: list[LayerInfo] = []
-    legacy = not any(r.module == "C3k2" for r in spec.rows)
+    legacy = not any(r.module in MODERN_HEAD_ROWS for r in spec.rows)
     image_channels = int(spec.raw.get("channels", spec.raw.get("ch", 3)))
     for row in spec.rows:
         spec_m = MODULES[row.module]
@@ -189,11 +210,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
         elif spec_m.kind == "concat":
             c2 = sum(ch_in)
         elif spec_m.kind == "detect":
-            if not args or not isinstance(args[0], int):
-                raise ConfigError(f"{label}: row {row.index} field 'args': Detect needs [nc], got {row.args!r}")
-            reg_max = args[1] if len(args) > 1 and isinstance(args[1], int) else 16
-            args = [args[0], reg_max, ch_in]
-            kwargs = {"legacy": legacy}
+            args, kwargs = _head_args(row, args, ch_in, spec, spec_m, legacy, label)
             c2 = 0
         elif spec_m.kind == "attention":
             kwargs = _attention_kwargs(row, args, label)

@@ -7,7 +7,8 @@ these classes. Kinds:
   receives ``[c_in, c_out, *rest]``. ``repeat`` modules also receive the row's repeats as their third
   argument (and the row itself is built once).
 - ``concat``: output channels are the sum of the inputs'.
-- ``detect``: receives ``[nc, reg_max, [input channels]]``.
+- ``detect``: receives ``[nc, reg_max, [input channels]]`` and the keywords ``legacy`` and
+  ``end2end`` (``head_options``), or only ``[nc, [input channels]]`` (a head that fixes them).
 - ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
   (``[-1, 1, CBAM, []]``); output channels = input channels.
 - ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``).
@@ -24,11 +25,13 @@ from torch import nn
 
 from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite, UltralyticsCBAM
 from vision_attn.models.yolo.backbone import Backbone, Index
-from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat, Conv, DWConv
-from vision_attn.models.yolo.detect import Detect
-from vision_attn.models.yolo.psa import C2PSA
+from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat
+from vision_attn.models.yolo.conv import Conv, DWConv
+from vision_attn.models.yolo.detect import Detect, V10Detect
+from vision_attn.models.yolo.psa import C2PSA, PSA
 from vision_attn.models.yolo.swin import MapSwin
 from vision_attn.models.yolo.transformer import MapTransformer
+from vision_attn.models.yolo.v10 import C2fCIB, SCDown
 
 __all__ = ["ModuleSpec", "MODULES", "ATTENTION_ROWS", "ACTIVATIONS"]
 
@@ -40,6 +43,7 @@ class ModuleSpec:
     factory: Callable[..., nn.Module]
     kind: str  # conv | concat | detect | attention | plain | backbone | index
     repeat: bool = False  # the row's repeats go into the module (third argument)
+    head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
 
 
 MODULES: dict[str, ModuleSpec] = {
@@ -54,7 +58,11 @@ MODULES: dict[str, ModuleSpec] = {
     "SPP": ModuleSpec(SPP, "conv"),
     "SPPF": ModuleSpec(SPPF, "conv"),
     "Concat": ModuleSpec(Concat, "concat"),
+    "PSA": ModuleSpec(PSA, "conv"),
+    "SCDown": ModuleSpec(SCDown, "conv"),
+    "C2fCIB": ModuleSpec(C2fCIB, "conv", repeat=True),
     "Detect": ModuleSpec(Detect, "detect"),
+    "v10Detect": ModuleSpec(V10Detect, "detect", head_options=False),
     "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
     "Upsample": ModuleSpec(nn.Upsample, "plain"),
     # attention plug-ins: channels come from the input
