@@ -4,8 +4,10 @@ Rules (those of ultralytics, so its YAMLs build the same networks): repeats beco
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
 inputs' channels; attention rows take the channels of their input; a Backbone row reports the
-channels of its list of maps and an Index row those of the map it picks. At scales m, l and x, C3k2's
-``c3k`` flag is forced on. Detect's class branch is the YOLOv8 form unless the YAML has a C3k2 row.
+channels of its list of maps and an Index row those of the map it picks. Scale-dependent arguments
+as in ultralytics' parser (:func:`_scale_rules`): at m, l and x C3k2's ``c3k`` flag is forced on; at l
+and x A2C2f gets ``(residual=True, mlp_ratio=1.2)``. Detect's class branch is the YOLOv8 form unless
+the YAML has a row of :data:`MODERN_HEAD_ROWS`.
 """
 from __future__ import annotations
 
@@ -137,6 +139,16 @@ def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple
     return [i], maps[i]
 
 
+def _scale_rules(module: str, args: list[Any], scale: str | None) -> list[Any]:
+    """ultralytics' scale-dependent arguments of a conv-like row (``args`` = [c1, c2, n, ...]): at m,
+    l and x C3k2's ``c3k`` is forced on; at l and x A2C2f gets ``residual=True, mlp_ratio=1.2``."""
+    if module == "C3k2" and scale in ("m", "l", "x"):
+        return [*args[:3], True, *args[4:]]
+    if module == "A2C2f" and scale in ("l", "x"):
+        return [*args, True, 1.2]
+    return args
+
+
 def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, spec_m: Any, legacy: bool,
                label: str) -> tuple[list[Any], dict[str, Any]]:
     """A head row ``[nc]`` (or ``[nc, reg_max]``) -> its constructor's arguments. ``reg_max`` and
@@ -203,8 +215,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             if spec_m.repeat:
                 args.insert(2, n)
                 n = 1
-            if row.module == "C3k2" and spec.scale in ("m", "l", "x"):
-                args[3:4] = [True]
+            args = _scale_rules(row.module, args, spec.scale)
             if row.module == "SPPF" and len(args) > 3:  # [c, k, n, ...]: YOLO26's SPPF, cv1 without SiLU
                 kwargs = {"cv1_act": False}
         elif spec_m.kind == "concat":

@@ -24,6 +24,7 @@ from typing import Callable
 from torch import nn
 
 from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite, UltralyticsCBAM
+from vision_attn.models.yolo.area_attention import A2C2f, AreaAttention
 from vision_attn.models.yolo.backbone import Backbone, Index
 from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat
 from vision_attn.models.yolo.conv import Conv, DWConv
@@ -61,6 +62,7 @@ MODULES: dict[str, ModuleSpec] = {
     "PSA": ModuleSpec(PSA, "conv"),
     "SCDown": ModuleSpec(SCDown, "conv"),
     "C2fCIB": ModuleSpec(C2fCIB, "conv", repeat=True),
+    "A2C2f": ModuleSpec(A2C2f, "conv", repeat=True),
     "Detect": ModuleSpec(Detect, "detect"),
     "v10Detect": ModuleSpec(V10Detect, "detect", head_options=False),
     "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
@@ -73,6 +75,7 @@ MODULES: dict[str, ModuleSpec] = {
     "CoordAtt": ModuleSpec(CoordAttention, "attention"),
     "TransformerBlock": ModuleSpec(MapTransformer, "attention"),  # ViT blocks over the flattened map
     "SwinBlock": ModuleSpec(MapSwin, "attention"),  # regular + shifted window Swin blocks on the map
+    "AreaAttention": ModuleSpec(AreaAttention, "attention"),  # YOLO12's area-attention block (ABlock)
     # a create_model network's feature maps, and the row that picks one of them
     "Backbone": ModuleSpec(Backbone, "backbone"),
     "Index": ModuleSpec(Index, "index"),
