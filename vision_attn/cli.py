@@ -283,14 +283,11 @@ def _parse_at(value: str | None) -> list[int] | None:
 
 
 def _parse_block_args(value: str | None) -> list[Any] | None:
-    import yaml
+    from vision_attn.io.yaml import load_yaml
 
     if value is None:
         return None
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--args {value!r}: not valid YAML ({' '.join(str(e).split())})") from None
+    loaded = load_yaml(value, f"--args {value!r}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"--args {value!r}: must be a mapping of keyword arguments, e.g. '{{reduction: 8}}'")
     return [loaded]
@@ -322,8 +319,9 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from vision_attn.analysis.yaml_info import compare_yaml
-    from vision_attn.models.yolo import (all_rows, build_detector, insert_attention_text, remap_state_dict,
-                                         remove_attention_text, write_text_atomic)
+    from vision_attn.io.yaml import DETECTOR_LIMITS, load_yaml, read_yaml_text
+    from vision_attn.models.yolo import (all_rows, build_detector, check_builds, insert_attention_text,
+                                         remap_state_dict, remove_attention_text, write_text_atomic)
 
     if not os.path.isfile(args.file):
         raise ConfigError(f"{args.file}: no such YAML file")
@@ -335,21 +333,20 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
                               "nothing was written")
-    with open(args.file, encoding="utf-8", newline="") as f:
-        text = f.read()
+    text = read_yaml_text(args.file, DETECTOR_LIMITS, what="detector YAML")
+    check_builds(text, args.file)
     if args.action == "insert":
         if not args.block:
             raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
         result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
-                                       section=args.section, args=_parse_block_args(args.args))
+                                       section=args.section, args=_parse_block_args(args.args), source=args.file)
         what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
                 if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
     else:
-        result = remove_attention_text(text, args.block)
-        import yaml
-
-        removed = len(all_rows(yaml.safe_load(text))) - len(result.index_map)
+        result = remove_attention_text(text, args.block, source=args.file)
+        removed = len(all_rows(load_yaml(text, args.file, DETECTOR_LIMITS))) - len(result.index_map)
         what = f"removed {removed} row(s)" if removed else "nothing to remove"
+    check_builds(result.text, args.output or f"{args.file} (edited)", stage="output")
     state = _load_state_dict(args.checkpoint) if args.checkpoint else None
 
     if args.dry_run:
