@@ -8,6 +8,10 @@
   window (mean over heads and queries), put back in place on the stage's feature map; each window's
   values sum to 1.
 - CNNs with CBAM: each spatial-attention gate (B, 1, H, W), captured with forward hooks.
+- YOLO detectors with attention blocks (YOLO12's area attention, YOLOv10's PSA, YOLO11/26's C2PSA,
+  an inserted AreaAttention row): for each attention module, the attention each position receives
+  (mean over heads and queries) on the module's feature map; within an area-attention strip the
+  values sum to 1, as over a whole PSA map.
 
 Maps are float tensors in the model's feature resolution; :func:`render_maps` upsamples and overlays
 them on the image.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,9 +30,11 @@ from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.layers import record_attention
+from vision_attn.models.yolo.area_attention import AAttn
+from vision_attn.models.yolo.psa import Attention as PSAAttention
 
 __all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps",
-           "swin_window_maps", "vit_maps"]
+           "swin_window_maps", "vit_maps", "detector_maps"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -36,7 +42,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass
 class AttentionMaps:
-    """``kind`` (``"vit"``, ``"swin"`` or ``"cbam"``) and named 2-D maps (h, w), in display order."""
+    """``kind`` (``"vit"``, ``"swin"``, ``"cbam"`` or ``"yolo"``) and named 2-D maps (h, w), in display order."""
 
     kind: str
     maps: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -83,23 +89,16 @@ def vit_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     return out
 
 
-def swin_window_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
-    """Attention received per token within its window, first (unshifted) block of each stage."""
-    from vision_attn.layers.swin_block import SwinBlock
-
-    blocks = [(n, m) for n, m in model.named_modules() if isinstance(m, SwinBlock) and not any(m.shift_size)]
-    captured: list[tuple[str, tuple[int, ...], torch.Tensor, SwinBlock]] = []
+def _recorded_calls(model: nn.Module, x: torch.Tensor, modules: Sequence[tuple[str, nn.Module]],
+                    keep: Callable[[nn.Module], Any]) -> list[tuple[str, tuple[int, ...], Any]]:
+    """Run ``model`` on ``x`` in eval mode under :func:`record_attention`; for each call of one of
+    ``modules`` (name, module): its name, its input's shape and ``keep(module)`` read as it returns."""
+    captured: list[tuple[str, tuple[int, ...], Any]] = []
 
     def hook(name):
-        return lambda mod, inp, _out: captured.append((name, tuple(inp[0].shape), mod.attn.weights, mod))
+        return lambda mod, inp, _out: captured.append((name, tuple(inp[0].shape), keep(mod)))
 
-    firsts, seen = [], set()
-    for name, block in blocks:  # the first unshifted block of each stage
-        stage = name.rsplit(".blocks.", 1)[0]
-        if stage not in seen:
-            seen.add(stage)
-            firsts.append((name, block))
-    handles = [b.register_forward_hook(hook(n)) for n, b in firsts]
+    handles = [m.register_forward_hook(hook(n)) for n, m in modules]
     model.eval()
     try:
         with torch.inference_mode(), record_attention(model):
@@ -107,8 +106,22 @@ def swin_window_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     finally:
         for h in handles:
             h.remove()
+    return captured
+
+
+def swin_window_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
+    """Attention received per token within its window, first (unshifted) block of each stage."""
+    from vision_attn.layers.swin_block import SwinBlock
+
+    blocks = [(n, m) for n, m in model.named_modules() if isinstance(m, SwinBlock) and not any(m.shift_size)]
+    firsts, seen = [], set()
+    for name, block in blocks:  # the first unshifted block of each stage
+        stage = name.rsplit(".blocks.", 1)[0]
+        if stage not in seen:
+            seen.add(stage)
+            firsts.append((name, block))
     out = AttentionMaps("swin")
-    for name, (B, H, W, _C), w, block in captured:
+    for name, (B, H, W, _C), (w, block) in _recorded_calls(model, x, firsts, lambda m: (m.attn.weights, m)):
         window = block.window_size
         received = w.float().mean(dim=1).mean(dim=1)  # (B*nW, N): mean over heads, then over queries
         index, inverse = block.windows.index((H, W), window, (0, 0), block.rule.roll_before_pad, False, w.device)
@@ -141,8 +154,26 @@ def cbam_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     return out
 
 
+def _detector_attention(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (AAttn, PSAAttention))]
+
+
+def detector_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
+    """Attention received per position for every area-attention and PSA module of a YOLO detector."""
+    out = AttentionMaps("yolo")
+    def keep(m: nn.Module) -> tuple[torch.Tensor, int]:
+        return m.weights, getattr(m, "area", 1)
+
+    for name, (B, _C, H, W), (w, area) in _recorded_calls(model, x, _detector_attention(model), keep):
+        received = w.float().mean(dim=1).mean(dim=1)  # (B * area, N / area): mean over heads, then queries
+        where = f", area {area}" if area > 1 else ""
+        out.maps[f"{name} ({H}x{W}{where})"] = received.reshape(B, H, W)[0]
+    return out
+
+
 def attention_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
-    """The maps this model has: Swin window attention, ViT rollout and heads, or CBAM spatial gates."""
+    """The maps this model has: Swin window attention, ViT rollout and heads, a YOLO detector's area
+    attention and PSA blocks, or CBAM spatial gates."""
     from vision_attn.layers.swin_block import SwinBlock
 
     mods = list(model.modules())
@@ -150,10 +181,13 @@ def attention_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
         return swin_window_maps(model, x)
     if hasattr(model, "patch_embed") and any(hasattr(m, "keep_weights") for m in mods):
         return vit_maps(model, x)
+    if _detector_attention(model):
+        return detector_maps(model, x)
     if any(type(m).__name__.endswith("SpatialAttention") for m in mods):
         return cbam_maps(model, x)
-    raise ConfigError(f"{type(model).__name__} has no attention to show: attn-map takes ViT/DeiT, Swin, or a CNN "
-                      "with CBAM (e.g. --model resnet50 --attention cbam)")
+    raise ConfigError(f"{type(model).__name__} has no attention to show: attn-map takes ViT/DeiT, Swin, a CNN "
+                      "with CBAM (e.g. --model resnet50 --attention cbam), or a detector YAML with attention blocks "
+                      "(e.g. --model configs/detect/yolo12.yaml)")
 
 
 def prepare_image(image: np.ndarray, size: int | tuple[int, int], mean: Sequence[float] = IMAGENET_MEAN,

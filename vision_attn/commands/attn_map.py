@@ -36,13 +36,37 @@ def read_image(spec: str):
                         "file") from None
 
 
+def _detector(args: argparse.Namespace):
+    """(model, label, image size) for a detector YAML (``--model FILE.yaml``, random weights) or a
+    detection run's checkpoint; None for the other targets."""
+    if args.model and args.model.lower().endswith((".yaml", ".yml")):
+        from vision_attn.models.yolo import build_detector
+
+        label = f"{os.path.basename(args.model)}" + (f" ({args.scale})" if args.scale else "") + " (random weights)"
+        return build_detector(args.model, scale=args.scale), label, args.img_size or 640
+    if args.checkpoint:
+        from vision_attn.tasks.inference import load_run_checkpoint
+
+        ckpt, _ = load_run_checkpoint(args.checkpoint)
+        if isinstance(ckpt, dict) and "detector_yaml" in ckpt:
+            from vision_attn.tasks.det_inference import load_detector
+
+            det = load_detector(args.checkpoint)
+            return det.model, f"detector ({args.checkpoint})", args.img_size or det.img_size
+    return None
+
+
 def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.attention_maps import attention_maps, prepare_image, render_maps
 
     if bool(args.model) == bool(args.checkpoint):
         raise ConfigError("attn-map: give exactly one of --model NAME or --checkpoint CKPT")
     image = read_image(args.image)
-    if args.checkpoint:
+    detector = _detector(args)
+    if detector is not None:
+        model, label, size = detector
+        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # detectors take 0..1 pixels
+    elif args.checkpoint:
         from vision_attn.tasks.inference import load_classifier
 
         clf = load_classifier(args.checkpoint)
@@ -63,18 +87,23 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
     render_maps(shown, maps, args.output, title=label, max_panels=args.max_panels)
     what = {"vit": "attention rollout and the last layer's class-token attention per head",
             "swin": "window attention received per token, first block of each stage",
-            "cbam": "CBAM spatial attention gates"}[maps.kind]
+            "cbam": "CBAM spatial attention gates",
+            "yolo": "attention received per position, every area-attention and PSA block"}[maps.kind]
     shown_n = min(len(maps.maps), args.max_panels)
     console.print(f"{what}: {len(maps.maps)} map(s), {shown_n} drawn -> {args.output}", markup=False, soft_wrap=True)
     return 0
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("attn-map", help="attention maps on an image: ViT rollout, Swin windows, CBAM gates",
+    p = sub.add_parser("attn-map", help="attention maps on an image: ViT rollout, Swin windows, CBAM gates, "
+                       "YOLO attention blocks",
                        description="Overlay a model's attention on an image: ViT/DeiT attention rollout and the last "
                        "layer's class-token attention per head; Swin window attention; CBAM spatial gates.")
-    p.add_argument("--model", default=None, help="a registered model name (random weights unless --weights)")
-    p.add_argument("--checkpoint", default=None, help="a classification run's best.ckpt (or the run folder)")
+    p.add_argument("--model", default=None, help="a registered model name (random weights unless --weights), or a "
+                   "detector YAML with attention blocks, e.g. configs/detect/yolo12.yaml (random weights)")
+    p.add_argument("--scale", default=None, help="--model YAML: the scale letter (default: the file's first)")
+    p.add_argument("--checkpoint", default=None, help="a classification or detection run's best.ckpt (or the run "
+                   "folder)")
     p.add_argument("--weights", default=None, help="--model: a local checkpoint for create_model(pretrained=...)")
     p.add_argument("--attention", default=None, help="--model: insert this block into a CNN first, e.g. cbam")
     p.add_argument("--image", required=True, help="an image file, or sklearn:china.jpg / sklearn:flower.jpg")

@@ -10,10 +10,10 @@ softmax(q kᵀ / sqrt(head_dim)) v as ultralytics' explicit products, fused, cou
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.attention import attend
 from vision_attn.models.yolo.blocks import C3k
 from vision_attn.models.yolo.conv import Conv
 
@@ -29,11 +29,16 @@ class AAttn(nn.Module):
     One 1x1 convolution gives per head ``head_dim`` queries, keys and values (channels laid out per
     head as [q, k, v]); attention runs within each of ``area`` strips of the row-major H*W positions
     (H*W must divide by ``area``); the output is proj(attn(v) + pe(v)), pe a depth-wise 7x7
-    convolution of the values.
+    convolution of the values. Under :func:`vision_attn.layers.record_attention` (``keep_weights``) the
+    softmax weights (B * area, heads, N / area, N / area) are kept in ``weights`` (for ``attn-map``).
     """
+
+    keep_weights: bool
+    weights: torch.Tensor | None
 
     def __init__(self, dim: int, num_heads: int, area: int = 1) -> None:
         super().__init__()
+        self.keep_weights, self.weights = False, None
         if num_heads < 1 or dim % num_heads:
             raise ConfigError(f"area attention: {dim} channels do not split into {num_heads} heads")
         self.area = max(int(area), 1)
@@ -52,7 +57,7 @@ class AAttn(nn.Module):
         tokens = self.qkv(x).flatten(2).transpose(1, 2)  # (B, N, 3C), positions row-major
         tokens = tokens.reshape(b * self.area, n // self.area, self.num_heads, 3 * self.head_dim).transpose(1, 2)
         q, k, v = tokens.split(self.head_dim, dim=-1)  # (B*area, heads, N/area, head_dim)
-        out = F.scaled_dot_product_attention(q, k, v, scale=self.head_dim ** -0.5)
+        out, self.weights = attend(q, k, v, keep_weights=self.keep_weights)  # scale 1/sqrt(head_dim)
 
         def to_map(t: torch.Tensor) -> torch.Tensor:  # (B*area, heads, N/area, d) -> (B, C, H, W)
             return t.transpose(1, 2).reshape(b, h, w, c).permute(0, 3, 1, 2)

@@ -22,7 +22,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
-from vision_attn.models.yolo.schema import MAX_CHANNELS, DetectorSpec, Row, parse_spec
+from vision_attn.models.yolo.schema import MAX_CHANNELS, MULTI_INPUT_KINDS, DetectorSpec, Row, parse_spec
 
 __all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "make_divisible"]
 
@@ -104,8 +104,14 @@ def _attention_kwargs(row: Row, args: list[Any], label: str) -> dict[str, Any]:
 
 
 def _check_map_inputs(row: Row, spec: DetectorSpec, ch_in: list[Any], kind: str, label: str) -> None:
-    """A Backbone row's list of maps feeds Index rows only, and an Index row takes such a list."""
+    """A list of maps (a Backbone or CBLinear row) feeds Index and CBFuse rows only; an Index row takes
+    such a list; a CBFuse row takes such lists then one map."""
     lists = [j for j, c in zip(row.inputs, ch_in) if isinstance(c, list)]
+    if kind == "fuse":
+        if len(ch_in) < 2 or lists != list(row.inputs[:-1]):
+            raise ConfigError(f"{label}: row {row.index} field 'from': CBFuse takes CBLinear rows then the map to add "
+                              f"to, e.g. [[10, 11, -1]]; got {row.from_!r}")
+        return
     if kind == "index" and not lists:
         raise ConfigError(f"{label}: row {row.index} field 'from': Index picks a map of a Backbone row's list, "
                           f"but {row.from_!r} is a single map; point it at the Backbone row")
@@ -137,6 +143,31 @@ def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple
         raise ConfigError(f"{label}: row {row.index} field 'args': map {i} has {maps[i]} channels, not {args[0]}; "
                           f"write [{i}] and the channels are taken from the Backbone row")
     return [i], maps[i]
+
+
+def _split_args(row: Row, args: list[Any], c1: int, label: str) -> tuple[list[Any], list[int]]:
+    """CBLinear's ``[[c, ...], *rest]`` -> ``[c1, [c, ...], *rest]`` and its list of output channels."""
+    groups = args[0] if args else None
+    if (not isinstance(groups, list) or not groups
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_CHANNELS for c in groups)):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [[channels, ...]], the output "
+                          f"channel groups, e.g. [[64, 128]]; got {row.args!r}")
+    return [c1, groups, *args[1:]], list(groups)
+
+
+def _check_fuse(row: Row, args: list[Any], ch_in: list[Any], label: str) -> None:
+    """CBFuse's ``[[i, ...]]``: one group index per CBLinear input, each group as wide as the target."""
+    idx = args[0] if len(args) == 1 else None
+    if not isinstance(idx, list) or len(idx) != len(ch_in) - 1:
+        raise ConfigError(f"{label}: row {row.index} field 'args': CBFuse takes [[i, ...]], one group index for each "
+                          f"of its {len(ch_in) - 1} CBLinear inputs; got {row.args!r}")
+    for j, i, groups in zip(row.inputs, idx, ch_in):
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(groups):
+            raise ConfigError(f"{label}: row {row.index} field 'args': group {i!r} of row {j} is out of range (it has "
+                              f"{len(groups)} groups)")
+        if groups[i] != ch_in[-1]:
+            raise ConfigError(f"{label}: row {row.index} field 'args': group {i} of row {j} has {groups[i]} channels, "
+                              f"the map it is added to {ch_in[-1]}; pick a group of that width")
 
 
 def _scale_rules(module: str, args: list[Any], scale: str | None) -> list[Any]:
@@ -220,6 +251,11 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
                 kwargs = {"cv1_act": False}
         elif spec_m.kind == "concat":
             c2 = sum(ch_in)
+        elif spec_m.kind == "split":
+            args, c2 = _split_args(row, args, c1, label)
+        elif spec_m.kind == "fuse":
+            _check_fuse(row, args, ch_in, label)
+            c2 = ch_in[-1]
         elif spec_m.kind == "detect":
             args, kwargs = _head_args(row, args, ch_in, spec, spec_m, legacy, label)
             c2 = 0
@@ -241,7 +277,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
         layer = modules[0] if n == 1 else nn.Sequential(*modules)
         layers.append(layer)
         inputs.append(row.inputs)
-        multi.append(spec_m.kind in ("concat", "detect"))
+        multi.append(spec_m.kind in MULTI_INPUT_KINDS)
         channels.append(c2)
         info.append(LayerInfo(index=row.index, from_=row.from_, repeats=scaled_repeats, module=row.module,
                               args=[list(a) if isinstance(a, list) else a for a in args], kwargs=kwargs,

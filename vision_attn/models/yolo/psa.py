@@ -7,10 +7,10 @@ ultralytics' explicit matrix products, fused, and counted by ``vision-attn flops
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.attention import attend
 from vision_attn.models.yolo.conv import Conv
 
 __all__ = ["Attention", "PSABlock", "C2PSA", "PSA"]
@@ -21,15 +21,20 @@ class Attention(nn.Module):
 
     One 1x1 convolution gives per head key_dim queries and keys (key_dim = head_dim * attn_ratio) and
     head_dim values (channels laid out per head as [q, k, v]); the output is
-    proj(attn(v) + pe(v)), pe a depth-wise 3x3 convolution of the values.
+    proj(attn(v) + pe(v)), pe a depth-wise 3x3 convolution of the values. Under
+    :func:`vision_attn.layers.record_attention` (``keep_weights``) the softmax weights (B, heads, N, N)
+    are kept in ``weights`` (for ``attn-map``).
     """
+
+    keep_weights: bool
+    weights: torch.Tensor | None
 
     def __init__(self, dim: int, num_heads: int = 8, attn_ratio: float = 0.5) -> None:
         super().__init__()
+        self.keep_weights, self.weights = False, None
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.key_dim = int(self.head_dim * attn_ratio)
-        self.scale = self.key_dim ** -0.5
         self.qkv = Conv(dim, dim + 2 * self.key_dim * num_heads, 1, act=False)
         self.proj = Conv(dim, dim, 1, act=False)
         self.pe = Conv(dim, dim, 3, 1, g=dim, act=False)
@@ -38,7 +43,7 @@ class Attention(nn.Module):
         b, c, h, w = x.shape
         tokens = self.qkv(x).view(b, self.num_heads, 2 * self.key_dim + self.head_dim, h * w).transpose(-2, -1)
         q, k, v = tokens.split([self.key_dim, self.key_dim, self.head_dim], dim=-1)  # (B, heads, N, d)
-        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)  # (B, heads, N, head_dim)
+        out, self.weights = attend(q, k, v, keep_weights=self.keep_weights)  # (B, heads, N, head_dim), 1/sqrt(key_dim)
         v_map = v.transpose(-2, -1).reshape(b, c, h, w)
         return self.proj(out.transpose(-2, -1).reshape(b, c, h, w) + self.pe(v_map))
 

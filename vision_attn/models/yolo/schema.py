@@ -26,6 +26,9 @@ TOP_LEVEL_KEYS = ("nc", "scales", "depth_multiple", "width_multiple", "max_chann
 
 NAMES = ("nc",)
 
+MULTI_INPUT_KINDS = ("concat", "fuse", "detect")
+"""Module kinds whose row takes a list of inputs."""
+
 MAX_REPEATS = 64
 """Bounds that keep a hostile file from asking for unbounded memory or time."""
 MAX_CHANNELS = 16384
@@ -125,6 +128,7 @@ def _activation(value: Any, label: str) -> str | None:
         return None
     if isinstance(value, str):
         key = value.strip()
+        key = key[len("torch."):] if key.startswith("torch.nn.") else key
         if key in ACTIVATIONS:
             return key
         spelled = f"nn.{key}" if not key.startswith("nn.") else key
@@ -202,9 +206,9 @@ def _check_row(row: Any, index: int, section: str, label: str) -> Row:
     if not isinstance(args, list):
         raise _fail(label, f"row {index} field 'args'", f"{args!r} must be a list (use [] for none)")
     _check_literal(args, label, f"row {index} field 'args'")
-    if len(inputs) > 1 and MODULES[module].kind not in ("concat", "detect"):
+    if len(inputs) > 1 and MODULES[module].kind not in MULTI_INPUT_KINDS:
         raise _fail(label, f"row {index} field 'from'",
-                    f"{module} takes one input; only Concat and Detect take a list of several")
+                    f"{module} takes one input; only Concat, CBFuse and the heads take a list of several")
     return Row(index, from_, repeats, module, list(args), section, inputs)
 
 
