@@ -17,7 +17,7 @@ ANCHORS_64 = 8 * 8 + 4 * 4 + 2 * 2  # strides 8, 16, 32 at 64 px
 
 @pytest.fixture
 def tiny_e2e(tmp_path, monkeypatch, request):
-    yaml_path = request.config.rootpath / "configs" / "detect" / "yolo26.yaml"
+    yaml_path = request.config.rootpath / "configs" / "models" / "yolo26.yaml"
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=2))
     config = tmp_path / "tiny.yaml"
@@ -47,6 +47,12 @@ def test_yolo26_trains_with_the_end_to_end_loss_and_predicts_without_nms(tiny_e2
     assert len(results) == 4 and all(len(r["detections"]) == ANCHORS_64 for r in results)
     scores = [d["score"] for d in results[0]["detections"]]
     assert scores == sorted(scores, reverse=True)
+
+    # attn-map reads the detection run by its folder: YOLO26's C2PSA block, drawn on a val image
+    drawn = tmp_path / "attn.png"
+    image = sorted(images.iterdir())[0]
+    assert main(["attn-map", "--checkpoint", str(run), "--image", str(image), "-o", str(drawn)]) == 0
+    assert "PSA block" in capsys.readouterr().out and drawn.stat().st_size > 0
 
     onnx = tmp_path / "yolo26n.onnx"
     assert main(["export", "onnx", "--yaml", str(yaml_path), "--scale", "n", "--img-size", "64", "--nms",

@@ -2,7 +2,7 @@
 process, alternating.
 
 For each ``--models`` name (``yolo26n``, ``yolo12n``, ...) it builds our detector from
-``configs/detect/<family>.yaml`` and ultralytics' from its own ``<name>.yaml`` (both from scratch, 10
+``configs/models/<family>.yaml`` and ultralytics' from its own ``<name>.yaml`` (both from scratch, 10
 classes), and times a full step on one batch of ``--batch`` demo:digit-boxes training images at
 ``--img-size`` (mosaic on, as in training): forward, loss (ours: :class:`DetectionLoss` or
 :class:`EndToEndLoss`, as ``train det`` picks; theirs: ``model.init_criterion()``, i.e.
@@ -48,7 +48,7 @@ def _ours(name: str, batch: dict):
     from vision_attn.losses import DetectionLoss, EndToEndLoss
 
     family = re.sub(r"([nslmx])$", "", name)
-    model = build_detector(ROOT / "configs" / "detect" / f"{family}.yaml", scale=name[-1], num_classes=10).train()
+    model = build_detector(ROOT / "configs" / "models" / f"{family}.yaml", scale=name[-1], num_classes=10).train()
     model.to(memory_format=torch.channels_last)  # train det's default
     loss = EndToEndLoss(model) if model.model[-1].has_one2one else DetectionLoss(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

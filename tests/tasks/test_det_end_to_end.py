@@ -9,10 +9,10 @@ import torch
 
 from vision_attn.losses import DetectionLoss, EndToEndLoss
 from vision_attn.models.yolo.postprocess import is_end_to_end
-from vision_attn.tasks.detection import DetectionModule
+from vision_attn.tasks.detect.module import DetectionModule
 from tests.peers import import_ultralytics
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "detect"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "models"
 
 
 def _v10_yaml() -> str:

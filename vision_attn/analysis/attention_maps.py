@@ -29,7 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.io.atomic import save_figure
 from vision_attn.layers import record_attention
+from vision_attn.layers.swin_block import SwinBlock
 from vision_attn.models.yolo.area_attention import AAttn
 from vision_attn.models.yolo.psa import Attention as PSAAttention
 
@@ -174,8 +176,6 @@ def detector_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
 def attention_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     """The maps this model has: Swin window attention, ViT rollout and heads, a YOLO detector's area
     attention and PSA blocks, or CBAM spatial gates."""
-    from vision_attn.layers.swin_block import SwinBlock
-
     mods = list(model.modules())
     if any(isinstance(m, SwinBlock) for m in mods):
         return swin_window_maps(model, x)
@@ -187,7 +187,7 @@ def attention_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
         return cbam_maps(model, x)
     raise ConfigError(f"{type(model).__name__} has no attention to show: attn-map takes ViT/DeiT, Swin, a CNN "
                       "with CBAM (e.g. --model resnet50 --attention cbam), or a detector YAML with attention blocks "
-                      "(e.g. --model configs/detect/yolo12.yaml)")
+                      "(e.g. --model configs/models/yolo12.yaml)")
 
 
 def prepare_image(image: np.ndarray, size: int | tuple[int, int], mean: Sequence[float] = IMAGENET_MEAN,
@@ -212,7 +212,6 @@ def render_maps(image: np.ndarray, maps: AttentionMaps, path: str | os.PathLike,
     (bilinear), scaled to [0, 1] and overlaid; a PNG."""
     from matplotlib.figure import Figure
 
-    from vision_attn.analysis.figures import save_figure
 
     items = list(maps.maps.items())
     if len(items) > max_panels:  # evenly spaced, first and last included: shallow to deep

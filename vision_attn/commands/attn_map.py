@@ -45,11 +45,11 @@ def _detector(args: argparse.Namespace):
         label = f"{os.path.basename(args.model)}" + (f" ({args.scale})" if args.scale else "") + " (random weights)"
         return build_detector(args.model, scale=args.scale), label, args.img_size or 640
     if args.checkpoint:
-        from vision_attn.tasks.inference import load_run_checkpoint
+        from vision_attn.tasks.runs import read_run_checkpoint, task_of
 
-        ckpt, _ = load_run_checkpoint(args.checkpoint)
-        if isinstance(ckpt, dict) and "detector_yaml" in ckpt:
-            from vision_attn.tasks.det_inference import load_detector
+        ckpt, _ = read_run_checkpoint(args.checkpoint)
+        if task_of(ckpt) == "det":
+            from vision_attn.tasks import load_detector
 
             det = load_detector(args.checkpoint)
             return det.model, f"detector ({args.checkpoint})", args.img_size or det.img_size
@@ -67,7 +67,7 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
         model, label, size = detector
         mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # detectors take 0..1 pixels
     elif args.checkpoint:
-        from vision_attn.tasks.inference import load_classifier
+        from vision_attn.tasks import load_classifier
 
         clf = load_classifier(args.checkpoint)
         model, label = clf.model, f"{clf.hparams['name']} ({args.checkpoint})"
@@ -100,7 +100,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        description="Overlay a model's attention on an image: ViT/DeiT attention rollout and the last "
                        "layer's class-token attention per head; Swin window attention; CBAM spatial gates.")
     p.add_argument("--model", default=None, help="a registered model name (random weights unless --weights), or a "
-                   "detector YAML with attention blocks, e.g. configs/detect/yolo12.yaml (random weights)")
+                   "detector YAML with attention blocks, e.g. configs/models/yolo12.yaml (random weights)")
     p.add_argument("--scale", default=None, help="--model YAML: the scale letter (default: the file's first)")
     p.add_argument("--checkpoint", default=None, help="a classification or detection run's best.ckpt (or the run "
                    "folder)")

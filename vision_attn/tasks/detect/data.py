@@ -1,0 +1,136 @@
+"""The detection LightningDataModule: a data set string -> train and val DataLoaders of padded-free
+batches (:func:`vision_attn.data.collate_detection`).
+
+``data`` is what :func:`vision_attn.data.open_detection` opens: ``demo:digit-boxes``, a YOLO data
+YAML, or a COCO folder. Training items are augmented (mosaic, affine, colour jitter, optional flips);
+validation items are letterboxed only. Workers are seeded and persistent; switching the mosaic off
+reaches them through shared memory.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from vision_attn.data import DetectionTransform, collate_detection, open_detection
+from vision_attn.data.loader import check_loader_args, make_loader
+from vision_attn.errors import ConfigError, DataError
+
+__all__ = ["DetectionDataModule"]
+
+
+class DetectionDataModule(pl.LightningDataModule):
+    """Detection data for training and validation.
+
+    Args:
+        data: ``demo:digit-boxes``, a YOLO data YAML (or its folder), or a COCO folder
+            (``annotations/instances_{train,val}.json`` + ``images/{train,val}/``).
+        format: ``auto``, ``coco`` or ``yolo`` (which copy of a folder that has both).
+        img_size: side of the square (letterboxed) images, a multiple of the detector's largest stride (32).
+        batch_size: images per device and step; eval_batch_size: for validation (default: twice that).
+        mosaic: probability of a 4-image mosaic in training (switched off for the model's last
+            ``close_mosaic`` epochs).
+        affine_scale, translate: affine ranges (zoom 1 +- affine_scale, shift +- translate of the size); hflip, vflip: flip probabilities (0 for digits and text);
+        hsv: hue, saturation and value shift limits; min_visibility: share of a box that must stay visible.
+        num_workers: loader processes (0: load in the training process); persistent_workers: keep them
+            between epochs; pin_memory: page-locked batches (None: when CUDA is available).
+        drop_last: drop the incomplete last training batch.
+        seed: seed of the augmentation in the training process.
+    """
+
+    def __init__(
+        self,
+        data: str = "demo:digit-boxes",
+        format: Literal["auto", "coco", "yolo"] = "auto",
+        img_size: int = 640,
+        batch_size: int = 16,
+        eval_batch_size: int | None = None,
+        mosaic: float = 1.0,
+        affine_scale: float = 0.5,
+        translate: float = 0.1,
+        hflip: float = 0.0,
+        vflip: float = 0.0,
+        hsv: tuple[float, float, float] = (5.0, 40.0, 30.0),
+        min_visibility: float = 0.25,
+        num_workers: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool | None = None,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        check_loader_args(batch_size, eval_batch_size, num_workers)
+        if img_size % 32:
+            raise ConfigError(f"data.img_size={img_size}: give a multiple of 32 (the detector's largest stride), "
+                              f"e.g. {max(32, round(img_size / 32) * 32)}")
+        self.save_hyperparameters()
+        self.train_set: Any = None
+        self.val_set: Any = None
+
+    # ---------------------------------------------------------------- data
+    def _open(self, split: str, train: bool) -> Any:
+        hp = self.hparams
+        transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
+                                       scale=hp.affine_scale, translate=hp.translate, hsv=tuple(hp.hsv),
+                                       min_visibility=hp.min_visibility, seed=hp.seed if train else None)
+        return open_detection(hp.data, split, fmt=hp.format, transform=transform)
+
+    def scan(self) -> "DetectionDataModule":
+        """Open (and check) both splits once; also what :meth:`setup` calls."""
+        if self.train_set is None:
+            self.train_set = self._open("train", train=True)
+            self.val_set = self._open("val", train=False)
+            if list(self.train_set.names) != list(self.val_set.names):
+                raise DataError(f"{self.hparams.data}: the train and val splits name different classes "
+                                f"({self.train_set.names} vs {self.val_set.names})")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.scan().train_set.names)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.names)
+
+    def category_ids(self) -> list[int]:
+        """The COCO category id of each class index."""
+        return list(self.scan().val_set.category_ids)
+
+    def ground_truth(self) -> list[dict[str, Any]]:
+        """The validation boxes in original pixels, per image (what ``coco_map`` takes)."""
+        return self.scan().val_set.ground_truth()
+
+    def summary(self) -> str:
+        self.scan()
+        return (f"train {self.train_set.stats.summary()}; val {self.val_set.stats.summary()}; "
+                f"{self.num_classes} classes")
+
+    def set_mosaic(self, on: bool) -> None:
+        """Mosaic on (at the configured probability) or off; DataLoader workers see the change."""
+        self.scan().train_set.transform.mosaic = self.hparams.mosaic if on else 0.0
+
+    def setup(self, stage: str | None = None) -> None:
+        self.scan()
+        hp = self.hparams
+        if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
+            raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
+                              f"images, and data.drop_last drops the only batch: lower data.batch_size")
+        if stage in (None, "fit", "validate") and len(self.val_set) == 0:
+            raise ConfigError(f"{hp.data}: no validation images")
+
+    # ---------------------------------------------------------------- loaders
+    def _loader(self, dataset: Any, batch_size: int, train: bool) -> DataLoader:
+        hp = self.hparams
+        return make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
+                           persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory, drop_last=hp.drop_last,
+                           seed=hp.seed, collate_fn=collate_detection)
+
+    def train_dataloader(self) -> DataLoader:
+        self.scan()
+        return self._loader(self.train_set, self.hparams.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        self.scan()
+        return self._loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)

@@ -1,0 +1,343 @@
+"""The detection LightningModule: a YOLO-style detector built from a YAML, trained with the YOLOv8 loss,
+or, when its head is end to end (YOLO26's ``end2end: True`` Detect, YOLOv10's ``v10Detect``), with
+:class:`~vision_attn.losses.EndToEndLoss` (one-to-many and one-to-one branches, the branch weights moved
+to the current epoch at the start of each) and NMS-free validation (top-k over the one-to-one branch).
+
+Training: SGD (Nesterov momentum) or AdamW over three parameter groups (weights with decay; norm
+weights and biases without), the YOLO warmup (biases from a high rate, momentum ramp) and a linear or
+cosine decay (:class:`~vision_attn.tasks.detect.schedule.WarmupDecay`, set before every step), and an EMA
+of the weights (``timm.utils.ModelEmaV3``, frozen so that DDP ignores it) whose decay ramps up as
+``decay * (1 - exp(-step / ema_tau))``. The loss is summed over the images of a batch (YOLOv8's
+convention, so SGD's rates match ultralytics'); a loss that is not finite stops training with a
+:class:`TrainingError`. The mosaic is switched off for the last ``close_mosaic`` epochs.
+
+Validation runs the EMA weights, keeps detections (confidence 0.001, multi-label, NMS at ``iou``) in
+original image pixels, and at the end computes COCO mAP@[.5:.95] and mAP@.5 with
+:func:`vision_attn.evaluation.coco_map` (gathered across processes), keeps the per-class AP table, and
+saves ``predictions.png`` (sample images with ground truth and predicted boxes) in the run folder.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+import torch
+from timm.utils import ModelEmaV3
+from torch import nn
+
+from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.evaluation import coco_map
+from vision_attn.io.state_dict import read_state_dict
+from vision_attn.losses import DetectionLoss, EndToEndLoss
+from vision_attn.io.resources import resolve_path
+from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
+from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
+from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
+from vision_attn.models.yolo.transfer import detector_state
+from vision_attn.tasks.detect.plots import prediction_grid, save_image
+from vision_attn.tasks.detect.schedule import WarmupDecay
+from vision_attn.tasks.finite import stop_if_not_finite
+
+__all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml"]
+
+
+def load_detector_yaml(yaml: str) -> str:
+    """The text of a detector YAML given as a path or shipped name (or YAML text itself)."""
+    if "\n" in yaml:
+        return yaml
+    path = resolve_path(yaml, kinds=("model",))
+    if path is None or not path.is_file():
+        raise ConfigError(f"model.yaml={yaml!r}: no such file (looked beside the config, in the working directory "
+                          "and among the shipped model YAMLs: `vision-attn configs`); give a detector YAML such as "
+                          "yolov8n.yaml")
+    text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
+    check_yaml(text, str(path), DETECTOR_LIMITS)
+    return text
+
+
+def detector_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Three groups as YOLOv8: ``weight`` (conv and linear kernels, with decay), ``norm`` (norm weights,
+    no decay), ``bias`` (all biases, no decay; they get the warmup's high starting rate)."""
+    groups = {k: {"params": [], "kind": k, "weight_decay": weight_decay if k == "weight" else 0.0}
+              for k in ("weight", "norm", "bias")}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        kind = "bias" if name.endswith(".bias") else ("weight" if p.ndim > 1 else "norm")
+        groups[kind]["params"].append(p)
+    return [g for g in groups.values() if g["params"]]
+
+
+class DetectionModule(pl.LightningModule):
+    """Images (B, 3, H, W) in [0, 1] -> detections, trained with the YOLOv8 loss.
+
+    Args:
+        yaml: the detector YAML (``configs/models/yolov8.yaml``); its text is stored in checkpoints.
+        scale: a letter of the YAML's ``scales`` (``n``, ``s``, ...; None: from the file name, else the first).
+        num_classes, class_names: set from the data.
+        pretrained: a state dict (``.pt``/``.safetensors``, e.g. a run's ``model.safetensors``) to start from;
+            tensors whose name and shape fit are loaded.
+        optimizer: ``sgd`` (Nesterov, momentum ``momentum``) or ``adamw`` (beta1 = ``momentum``).
+        lr: peak learning rate; lrf: final rate as a fraction of it; schedule: ``linear`` or ``cosine`` decay.
+        momentum: SGD momentum / AdamW beta1; weight_decay: on conv and linear kernels only.
+        warmup_epochs: warmup length (at least ``min_warmup_steps`` steps; 0: none);
+            warmup_momentum: momentum at the start; warmup_bias_lr: the biases' starting rate
+            (None: 0.1 for SGD, 0 for AdamW).
+        box_gain, cls_gain, dfl_gain: weights of the loss terms (``dfl_gain``: of the L1 distance term for a
+            ``reg_max`` 1 head).
+        e2e_weights: an end-to-end head's branch weights: ``yolo26`` (ultralytics' ``E2ELoss``, which its
+            trainer uses for YOLO26 and YOLOv10: one-to-many 0.8 -> 0.1 over the epochs, one-to-one top-7
+            then 1) or ``yolov10`` (the YOLOv10 paper's, ``E2EDetectLoss``: both 1, one-to-one top-1).
+        ema_decay: the EMA's decay (None: no EMA); ema_tau: steps over which it ramps up.
+        close_mosaic: switch the mosaic off for this many final epochs.
+        conf, iou, max_det: validation's confidence threshold, NMS IoU and detections per image.
+        plot_images: images in ``predictions.png`` after each validation (0: none).
+        coco_backend: ``faster`` (faster-coco-eval) or ``pycocotools`` for mAP: the same numbers, the first
+            several times faster.
+        channels_last: NHWC memory layout (faster convolutions on CPU).
+        compile: ``torch.compile`` the network (opt in).
+    """
+
+    def __init__(
+        self,
+        yaml: str = "yolov8.yaml",
+        scale: str | None = None,
+        num_classes: int = 80,
+        class_names: list[str] | None = None,
+        pretrained: str | None = None,
+        optimizer: Literal["sgd", "adamw"] = "adamw",
+        lr: float = 0.002,
+        lrf: float = 0.01,
+        schedule: Literal["linear", "cosine"] = "linear",
+        momentum: float = 0.937,
+        weight_decay: float = 5e-4,
+        warmup_epochs: float = 3.0,
+        min_warmup_steps: int = 100,
+        warmup_momentum: float = 0.8,
+        warmup_bias_lr: float | None = None,
+        box_gain: float = 7.5,
+        cls_gain: float = 0.5,
+        dfl_gain: float = 1.5,
+        e2e_weights: Literal["yolo26", "yolov10"] = "yolo26",
+        ema_decay: float | None = 0.9999,
+        ema_tau: float = 2000.0,
+        close_mosaic: int = 10,
+        conf: float = 0.001,
+        iou: float = 0.7,
+        max_det: int = 300,
+        plot_images: int = 8,
+        coco_backend: Literal["faster", "pycocotools"] = "faster",
+        channels_last: bool = True,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if lr <= 0 or not 0 < lrf <= 1 or weight_decay < 0 or warmup_epochs < 0:
+            raise ConfigError(f"model.lr={lr}, lrf={lrf}, weight_decay={weight_decay}, warmup_epochs={warmup_epochs}: "
+                              f"give lr > 0, 0 < lrf <= 1 and the others >= 0")
+        if not 0 <= momentum < 1 or not 0 <= warmup_momentum < 1:
+            raise ConfigError(f"model.momentum={momentum}, warmup_momentum={warmup_momentum}: give values in [0, 1)")
+        if ema_decay is not None and not 0 < ema_decay < 1:
+            raise ConfigError(f"model.ema_decay={ema_decay}: give a value in (0, 1) (e.g. 0.9999), or null")
+        if not 0 <= conf < 1 or not 0 < iou <= 1 or max_det < 1:
+            raise ConfigError(f"model.conf={conf}, iou={iou}, max_det={max_det}: give 0 <= conf < 1, 0 < iou <= 1, "
+                              f"max_det >= 1")
+        self.yaml_text = load_detector_yaml(yaml)
+        if scale is None and "\n" not in yaml:
+            scale = scale_from_name(yaml)  # yolov8s.yaml: scale s
+        self.model = build_detector(self.yaml_text, scale=scale, num_classes=num_classes)
+        if pretrained is not None:
+            load_matching(self.model, pretrained)
+        self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        if len(self.class_names) != num_classes:
+            raise ConfigError(f"{len(self.class_names)} class names for {num_classes} classes")
+        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
+        self.criterion: DetectionLoss | EndToEndLoss = (
+            EndToEndLoss(self.model, weights=e2e_weights, **gains) if self.model.model[-1].has_one2one
+            else DetectionLoss(self.model, **gains))
+        if channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
+        if self.ema is not None:
+            self.ema.requires_grad_(False)  # DDP ignores it; updated by hand after each optimizer step
+            self.ema.train()  # follows the module's mode like any child (it only runs in validation, in eval mode)
+        self._ema_step = 0
+        self._schedule: WarmupDecay | None = None
+        self._val_dets: list[dict[str, Any]] = []
+        self._val_truth: list[dict[str, Any]] = []
+        self._samples: dict[str, Any] | None = None
+        self.last_report: Any = None  # the last validation's coco_map result
+        self.last_val_step = -1
+
+    # ---------------------------------------------------------------- network
+    def eval_model(self) -> nn.Module:
+        """The network validation and export use: the EMA when there is one."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.hparams.channels_last else x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) -> decoded (B, 4 + nc, A) of :meth:`eval_model` (in eval mode)."""
+        return self.eval_model()(self._layout(x))
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.compile and stage == "fit" and not getattr(self, "_compiled", False):
+            self.model.compile()
+            self._compiled = True
+
+    # ---------------------------------------------------------------- training
+    def _planned_epochs(self) -> int:
+        """The run's epochs: ``max_epochs``, else what ``max_steps`` amounts to, else the current one + 1."""
+        trainer = self.trainer
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            return int(trainer.max_epochs)
+        batches = trainer.num_training_batches
+        if trainer.max_steps > 0 and math.isfinite(batches) and batches > 0:
+            return max(math.ceil(trainer.max_steps * trainer.accumulate_grad_batches / batches), 1)
+        return self.current_epoch + 1
+
+    def on_train_epoch_start(self) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        max_epochs = self.trainer.max_epochs or 0
+        if dm is not None and hasattr(dm, "set_mosaic") and max_epochs > 0:
+            if self.current_epoch >= max_epochs - self.hparams.close_mosaic:
+                dm.set_mosaic(False)
+        if isinstance(self.criterion, EndToEndLoss):
+            self.criterion.set_epoch(self.current_epoch, max(self._planned_epochs(), self.current_epoch + 1))
+            self.log("train/o2m_weight", self.criterion.branch_weights[0], on_step=False, on_epoch=True, batch_size=1)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._schedule is not None:
+            lr = self._schedule.apply(self.optimizers(use_pl_optimizer=False), self.global_step)
+            self.log("train/lr", lr, on_step=False, on_epoch=True, batch_size=1)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        x = self._layout(batch["images"])
+        parts = self.criterion(self.model(x), batch["boxes"], batch["labels"])
+        n = x.shape[0]
+        stop_if_not_finite(self, parts.total, batch_idx, clip="10")
+        self.log("train/loss", parts.total.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
+        for key in ("box", "cls", "dfl"):
+            self.log(f"train/{key}", getattr(parts, key), on_step=False, on_epoch=True, batch_size=n)
+        return parts.total * n  # summed over the images, as YOLOv8
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.ema is not None and self.global_step > self._ema_step:  # after each optimizer step
+            self.ema.decay = self.hparams.ema_decay * (1 - math.exp(-self.global_step / self.hparams.ema_tau))
+            self.ema.update(self.model)
+            self._ema_step = self.global_step
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["ema_step"] = self._ema_step
+        checkpoint["task"] = "det"
+        checkpoint["model_yaml"] = load_yaml(self.yaml_text)[0]  # the model description itself, not a path
+        checkpoint["model_scale"] = self.model.scale
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._ema_step = int(checkpoint.get("ema_step", 0))
+
+    # ---------------------------------------------------------------- validation
+    def on_validation_epoch_start(self) -> None:
+        self._val_dets, self._val_truth, self._samples = [], [], None
+
+    @torch.no_grad()
+    def detect(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """Detections of a batch in original image pixels: per image ``{image_id, boxes, scores, labels}``
+        (numpy), and the same in network-input pixels under ``input_boxes``."""
+        hp = self.hparams
+        dets = postprocess(self(batch["images"]), conf=hp.conf, iou=hp.iou, max_det=hp.max_det, multi_label=True,
+                           end2end=is_end_to_end(self.eval_model()))
+        out = []
+        for det, iid, size, scale, pad in zip(dets, batch["image_ids"], batch["orig_sizes"], batch["scales"],
+                                              batch["pads"]):
+            boxes = to_original(det.boxes, scale=scale, pad=pad, orig_size=size)
+            out.append({"image_id": int(iid), "boxes": boxes.cpu().numpy(), "scores": det.scores.cpu().numpy(),
+                        "labels": det.labels.cpu().numpy(), "input_boxes": det.boxes.cpu().numpy()})
+        return out
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        dets = self.detect(batch)
+        self._val_dets.extend({k: v for k, v in d.items() if k != "input_boxes"} for d in dets)
+        for iid, size, scale, pad, boxes, labels in zip(batch["image_ids"], batch["orig_sizes"], batch["scales"],
+                                                        batch["pads"], batch["boxes"], batch["labels"]):
+            self._val_truth.append({"image_id": int(iid), "orig_size": tuple(size), "labels": labels.cpu().numpy(),
+                                    "boxes": to_original(boxes.float(), scale=scale, pad=pad, orig_size=size).cpu().numpy()})
+        k = self.hparams.plot_images
+        if batch_idx == 0 and k > 0 and self._samples is None:
+            self._samples = {"images": batch["images"][:k].cpu(),
+                             "predictions": [{"boxes": d["input_boxes"], "scores": d["scores"], "labels": d["labels"]}
+                                             for d in dets[:k]],
+                             "truths": [{"boxes": b.cpu().numpy(), "labels": lb.cpu().numpy()}
+                                        for b, lb in zip(batch["boxes"][:k], batch["labels"][:k])]}
+
+    def _gathered(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        dets, truth = self._val_dets, self._val_truth
+        if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            parts: list[Any] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(parts, (dets, truth))
+            dets = [d for p in parts for d in p[0]]
+            truth = [t for p in parts for t in p[1]]
+        # a distributed sampler repeats images to even out the shares: keep each image once
+        dets = list({d["image_id"]: d for d in dets}.values())
+        truth = list({t["image_id"]: t for t in truth}.values())
+        return dets, truth
+
+    def on_validation_epoch_end(self) -> None:
+        dets, truth = self._gathered()
+        dm = getattr(self.trainer, "datamodule", None)
+        truth_source = dm.ground_truth() if dm is not None and hasattr(dm, "ground_truth") else None
+        if truth_source is not None:  # exact original boxes (no letterbox rounding)
+            seen = {t["image_id"] for t in truth}
+            truth = [t for t in truth_source if t["image_id"] in seen]
+        ids = dm.category_ids() if dm is not None and hasattr(dm, "category_ids") else \
+            list(range(1, len(self.class_names) + 1))
+        report = coco_map(truth, dets, names=self.class_names, category_ids=ids, backend=self.hparams.coco_backend)
+        self.last_report = report
+        self.log("val/mAP50-95", float(report.map), prog_bar=True, batch_size=1)
+        self.log("val/mAP50", float(report.map50), prog_bar=True, batch_size=1)
+        if self.trainer.sanity_checking:
+            return
+        self.last_val_step = self.global_step
+        if self._samples is not None and self.trainer.is_global_zero and self.trainer.default_root_dir:
+            grid = prediction_grid(self._samples["images"], self._samples["predictions"], self._samples["truths"],
+                                   self.class_names)
+            save_image(grid, Path(self.trainer.default_root_dir) / "predictions.png")
+        self._val_dets, self._val_truth, self._samples = [], [], None
+
+    # ---------------------------------------------------------------- optimisation
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        groups = detector_param_groups(self.model, hp.weight_decay)
+        if hp.optimizer == "sgd":
+            optimizer: torch.optim.Optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, nesterov=True)
+        elif hp.optimizer == "adamw":
+            optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.momentum, 0.999))
+        else:
+            raise ConfigError(f"model.optimizer={hp.optimizer!r}: choose sgd or adamw")
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        batches = self.trainer.num_training_batches
+        per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
+        warmup = 0 if hp.warmup_epochs == 0 else max(int(round(hp.warmup_epochs * per_epoch)), hp.min_warmup_steps)
+        bias_lr = hp.warmup_bias_lr if hp.warmup_bias_lr is not None else (0.1 if hp.optimizer == "sgd" else 0.0)
+        self._schedule = WarmupDecay(lr=hp.lr, lrf=hp.lrf, total_steps=total, warmup_steps=min(warmup, total),
+                                     momentum=hp.momentum, warmup_momentum=hp.warmup_momentum,
+                                     warmup_bias_lr=bias_lr, shape=hp.schedule)
+        self._schedule.apply(optimizer, self.global_step)
+        return optimizer
+
+
+def load_matching(model: nn.Module, path: str) -> tuple[int, int]:
+    """Load the tensors of the state dict at ``path`` whose name and shape fit ``model``; return
+    (loaded, total in the model)."""
+    if not Path(path).is_file():
+        raise CheckpointError(f"model.pretrained={path}: no such file")
+    state = detector_state(read_state_dict(path))
+    own = model.state_dict()
+    fit = {k: v for k, v in state.items() if k in own and tuple(v.shape) == tuple(own[k].shape)}
+    if not fit:
+        raise CheckpointError(f"model.pretrained={path}: no tensor fits this detector (names or shapes differ)")
+    model.load_state_dict(fit, strict=False)
+    return len(fit), len(own)

@@ -1,0 +1,153 @@
+"""A trained detector from a run's checkpoint: COCO evaluation on a data set, detections for images.
+
+A detection run's ``best.ckpt`` / ``last.ckpt`` holds the detector YAML's text, its scale, the class
+names and the data's image size beside the weights; it is read with ``torch.load(weights_only=True)``
+and the EMA weights are used when the run kept an EMA. An end-to-end detector (YOLO26, YOLOv10) gives
+its detections without NMS (the top-k of its one-to-one branch, ``postprocess(end2end=True)``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from vision_attn.data import DetectionTransform, image_paths, open_detection
+from vision_attn.data.detection import (DetectionDataset, DetectionRecord, DetectionStats, collate_detection,
+                                       read_image)
+from vision_attn.evaluation import coco_map
+from vision_attn.errors import CheckpointError, DataError
+from vision_attn.io.atomic import write_json
+from vision_attn.io.resources import resolve_path
+from vision_attn.models.yolo import build_detector
+from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
+from vision_attn.tasks.detect.plots import draw_boxes, save_image
+from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+
+__all__ = ["load_detector", "load_detector_run", "evaluate_detector", "predict_detections", "ImageList"]
+
+
+def load_detector_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
+                      weights: bool = True) -> Run:
+    """The detection run of the checkpoint dict ``ckpt`` (read from ``path``): the detector rebuilt from
+    the YAML dict (or, in older checkpoints, text) and scale it records, on ``device`` (with the run's
+    weights unless ``weights`` is False), its class names and input size."""
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    description = ckpt.get("model_yaml", ckpt.get("detector_yaml"))
+    if description is None and isinstance(hp.get("yaml"), str):  # checkpoints from before the record: the path
+        description = resolve_path(hp["yaml"], base=path.parent, kinds=("model",))
+        if description is None:
+            raise CheckpointError(f"{path}: its model YAML {hp['yaml']} is not there any more (a checkpoint from "
+                                  "before vision_attn recorded the YAML itself); give the YAML itself")
+    if description is None:
+        raise CheckpointError(f"{path}: not a vision_attn detection checkpoint (no detector YAML and state_dict)")
+    data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    with torch.device(device):
+        model = build_detector(description, scale=ckpt.get("model_scale", hp.get("scale")),
+                               num_classes=hp["num_classes"])
+    if weights:
+        load_run_weights(model, ckpt["state_dict"], f"{path}: the weights do not fit the detector")
+    names = list(hp.get("class_names") or [str(i) for i in range(hp["num_classes"])])
+    size = int(data_hp.get("img_size", 640))
+    label = f"{Path(str(hp.get('yaml', 'detector'))).name} scale {model.scale or '-'} ({path.parent.name}/{path.name})"
+    return Run("det", model.eval(), names, (size, size), label, path, hp, data_hp, mean=(0.0, 0.0, 0.0),
+               std=(1.0, 1.0, 1.0))
+
+
+def load_detector(path: str | os.PathLike) -> Run:
+    """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder)."""
+    ckpt, file = read_run_checkpoint(path)
+    task = task_of(ckpt)
+    if task not in (None, "det"):
+        raise CheckpointError(f"{file}: a classification checkpoint; use `vision-attn eval cls` / `predict cls`")
+    return load_detector_run(ckpt, file)
+
+
+class ImageList(DetectionDataset):
+    """Image files (no boxes) as a detection data set, for prediction."""
+
+    def __init__(self, paths: Sequence[Path], transform: Any = None) -> None:
+        from PIL import Image
+
+        super().__init__(transform)
+        self.names, self.category_ids = [], []
+        self.records = []
+        for i, path in enumerate(paths):
+            try:
+                with Image.open(path) as im:
+                    width, height = im.size
+            except Exception:  # noqa: BLE001 - any unreadable image is one error
+                raise DataError(f"image {path}: cannot be decoded; replace it or leave it out") from None
+            self.records.append(DetectionRecord(path, i + 1, height, width, np.zeros((0, 4), np.float32),
+                                                np.zeros(0, np.int64)))
+        self.stats = DetectionStats(images=len(self.records))
+
+
+@torch.no_grad()
+def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
+         max_det: int, multi_label: bool) -> list[dict[str, Any]]:
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
+    out = []
+    end2end = is_end_to_end(det.model)
+    for batch in loader:
+        x = batch["images"].contiguous(memory_format=torch.channels_last)
+        for d, iid, size, scale, pad in zip(postprocess(det.model(x), conf=conf, iou=iou, max_det=max_det,
+                                                        multi_label=multi_label, end2end=end2end),
+                                            batch["image_ids"], batch["orig_sizes"], batch["scales"], batch["pads"]):
+            out.append({"image_id": int(iid), "boxes": to_original(d.boxes, scale=scale, pad=pad, orig_size=size).numpy(),
+                        "scores": d.scores.numpy(), "labels": d.labels.numpy()})
+    return out
+
+
+def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
+                      fmt: str = "auto", batch_size: int = 32, num_workers: int = 0, conf: float = 0.001,
+                      iou: float = 0.7, max_det: int = 300, backend: str = "faster") -> dict[str, Any]:
+    """COCO mAP@[.5:.95], mAP@.5 and per-class AP of a run's checkpoint on the ``split`` of ``data``
+    (``demo:digit-boxes``, a YOLO data YAML or a COCO folder); its classes must be the checkpoint's.
+    ``backend``: ``faster`` (faster-coco-eval) or ``pycocotools``, the same numbers."""
+    det = load_detector(checkpoint)
+    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(det.img_size[0]))
+    if list(dataset.names) != det.classes:
+        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
+                        f"{det.classes}; evaluate on data with the same classes in the same order")
+    dets = _run(det, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
+                multi_label=True)
+    report = coco_map(dataset.ground_truth(), dets, names=dataset.names, category_ids=dataset.category_ids,
+                      backend=backend)
+    return {"checkpoint": str(checkpoint), "data": str(data), "split": split, "images": len(dataset),
+            "map": float(report.map), "map50": float(report.map50), "per_class": report.as_dict()["per_class"],
+            "table": report.table()}
+
+
+def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *,
+                       output: str | os.PathLike | None = None, conf: float = 0.25, iou: float = 0.7,
+                       max_det: int = 300, batch_size: int = 16) -> list[dict[str, Any]]:
+    """Detections for image files (folders are searched): ``[{"image", "width", "height", "detections":
+    [{"box": [x1, y1, x2, y2], "score", "label", "class"}]}]`` in original pixels. With ``output``, each
+    image with its boxes drawn is written there under its own name, and the list as ``detections.json``."""
+    det = load_detector(checkpoint)
+    paths = image_paths(images)
+    dataset = ImageList(paths, transform=DetectionTransform(det.img_size[0]))
+    found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
+                 multi_label=False)
+    out_dir = Path(output) if output is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    used: set[str] = set()
+    for rec, d in zip(dataset.records, found):
+        items = [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 5), "label": int(lb),
+                  "class": det.classes[int(lb)]} for box, s, lb in zip(d["boxes"], d["scores"], d["labels"])]
+        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height, "detections": items}
+        if out_dir is not None:
+            name = f"{rec.path.stem}.png" if f"{rec.path.stem}.png" not in used else f"{rec.path.stem}_{rec.image_id}.png"
+            used.add(name)
+            drawn = draw_boxes(read_image(rec.path), d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
+            entry["drawn"] = str(save_image(drawn, out_dir / name))
+        results.append(entry)
+    if out_dir is not None:
+        write_json(out_dir / "detections.json", results)
+    return results

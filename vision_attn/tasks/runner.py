@@ -1,0 +1,210 @@
+"""Training end to end: configuration -> data -> module -> Lightning Trainer -> run folder.
+
+:func:`run_training` holds what every task shares (run folder rules, resume, seeding, threads,
+loggers, atomic checkpoints, the final validation); a :class:`~vision_attn.tasks.task.Task` supplies the
+rest: building the data and module, the metric checkpoints follow, and the end-of-run report (each
+task's ``fit.py``). Under DDP Lightning starts the other processes by
+running the same command line again; they find the run folder the first process prepared, train their
+share, and leave the writing of files to it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+from vision_attn.data import unwrap_worker_error
+from vision_attn.errors import ConfigError, TrainingError, VisionAttnError
+from vision_attn.io.atomic import save_torch, write_text
+from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
+from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
+from vision_attn.tasks.run_folder import RunFolder
+from vision_attn.tasks.task import Echo, Task
+
+__all__ = ["TrainResult", "run_training", "save_final_weights", "run_metrics", "metric_value"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class TrainResult:
+    """Where a run was written and what it measured (the content of its ``metrics.json``)."""
+
+    run_dir: Path
+    metrics: dict[str, Any]
+
+
+def _global_rank() -> int:
+    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def _quiet_lightning() -> None:
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in (r".*does not have many workers.*", r".*smaller than the logging interval.*",
+                    r".*Experiment logs directory .* exists and is not empty.*",
+                    r".*Checkpoint directory .* exists and is not empty.*",
+                    r".*could not find the monitored key in the returned metrics.*",  # no validation yet: handled
+                    r".*is an invalid version and will not be supported.*",
+                    r".*isinstance\(treespec, LeafSpec\)` is deprecated.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def _callbacks(run: RunFolder, progress_bar: bool, task: Task) -> list:
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+
+    best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.monitor, mode="max", save_top_k=1,
+                           auto_insert_metric_name=False, enable_version_counter=False)
+    # last.ckpt after every epoch: Lightning's save_last only writes it when best.ckpt improved
+    last = ModelCheckpoint(dirpath=run.path, filename="last", monitor=None, save_top_k=1, save_on_train_epoch_end=True,
+                           auto_insert_metric_name=False, enable_version_counter=False)
+    out: list = [best, last]
+    if task.lr_monitor:
+        out.append(LearningRateMonitor(logging_interval="epoch"))
+    if progress_bar:
+        out.append(RichProgressBar(leave=True))
+    return out
+
+
+def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
+                 echo: Echo | None = None) -> TrainResult:
+    """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration of that
+    task) and write the run folder."""
+    start = time.perf_counter()
+    say: Echo = echo if echo is not None and _global_rank() == 0 else (lambda line: None)
+    cfg = config if hasattr(config, "as_dict") else parse_train_config(config, task)
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():  # the filters below stay inside this call
+            _quiet_lightning()
+            return _train(cfg, say, start, task)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _named_config_error(section: str, e: Exception, keys: Sequence[str] = ()) -> ConfigError:
+    """A library's rejection of a configured value as one line naming the key (``trainer.max_epochs``):
+    the first of ``keys`` its message names, else the section."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    named = [k for k in keys if re.search(rf"\b{re.escape(k)}\b", text)]
+    where = f"config key {section}.{named[0]}" if named else f"the {section} configuration"
+    return ConfigError(f"{where} was rejected: {text}")
+
+
+def _rejected_as_config_error(section: str, make: Callable[[], T], keys: Sequence[str] = (),
+                              kinds: tuple[type[Exception], ...] = (ValueError, MisconfigurationException)) -> T:
+    """``make()``, with a library's rejection (``kinds``) of the ``section``'s values (not vision_attn's own
+    errors) turned into a ConfigError."""
+    try:
+        return make()
+    except VisionAttnError:
+        raise
+    except kinds as e:
+        raise _named_config_error(section, e, keys) from None
+
+
+def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
+    import pytorch_lightning as pl
+    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+    run = RunFolder(Path(cfg.runs_dir) / cfg.name)
+    ckpt_path = cfg.ckpt_path
+    if ckpt_path is None and cfg.resume:
+        ckpt_path = str(run.last)
+    if ckpt_path is not None and not Path(ckpt_path).is_file():
+        raise TrainingError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
+    trainer_cfg = dict(to_dict(cfg)["trainer"])
+    accumulate = trainer_cfg.get("accumulate_grad_batches")
+    if isinstance(accumulate, int) and accumulate < 1:  # Lightning divides by it unchecked
+        raise ConfigError(f"config key trainer.accumulate_grad_batches={accumulate}: give 1 or more")
+    progress = trainer_cfg.pop("enable_progress_bar", None) is not False
+    loggers = [CSVLogger(run.path, name="csv", version=""),
+               TensorBoardLogger(run.path, name="tensorboard", version="", default_hp_metric=False)]
+    trainer = _rejected_as_config_error("trainer", lambda: pl.Trainer(  # before the run folder is touched
+        **trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers, default_root_dir=run.path,
+        enable_progress_bar=progress, plugins=[AtomicCheckpointIO()]), list(trainer_cfg),
+        (ValueError, TypeError, MisconfigurationException))
+    main_process = _global_rank() == 0
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
+    run.check(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    pl.seed_everything(cfg.seed, workers=False, verbose=False)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+
+    # a bad model, YAML or data set fails before anything is written
+    module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
+    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    if trainer.is_global_zero:
+        write_text(run.config, dump_config(cfg, task, run_flags=False))
+    if ckpt_path is not None:
+        say(f"resuming from {ckpt_path}")
+    fit_start = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except VisionAttnError as e:
+        raise unwrap_worker_error(e) from None
+    except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
+        raise _named_config_error("trainer", e, list(trainer_cfg)) from None
+    if trainer.interrupted:
+        raise KeyboardInterrupt
+    if trainer.limit_val_batches != 0 and module.last_val_step != trainer.global_step:
+        # training stopped between validations (max_steps, max_time): measure the final weights too
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        if not run.best.is_file():
+            trainer.save_checkpoint(run.best)
+    fit_seconds = time.perf_counter() - fit_start
+    if not trainer.is_global_zero:
+        return TrainResult(run.path, {})
+    metrics = task.finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path)
+    say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
+        f"run folder: {run.path}")
+    return TrainResult(run.path, metrics)
+
+
+def metric_value(metrics: Mapping[str, Any], key: str) -> float | None:
+    v = metrics.get(key)
+    if v is None:
+        return None
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def save_final_weights(run: RunFolder, trainer, module) -> None:
+    """Flush the loggers and write the module's evaluation (EMA) weights to ``model.safetensors``."""
+    for logger in trainer.loggers:
+        logger.save()
+    net = module.eval_model()
+    save_torch({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, run.weights)
+
+
+def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, ckpt_path: str | None,
+                ema: bool) -> dict[str, Any]:
+    """The entries of ``metrics.json`` every task writes (epochs, steps, times, devices, files)."""
+    return {
+        "epochs": int(trainer.current_epoch),
+        "max_epochs": trainer.max_epochs,
+        "global_step": int(trainer.global_step),
+        "wall_time_s": round(time.perf_counter() - start, 2),
+        "fit_time_s": round(fit_seconds, 2),
+        "resumed_from": ckpt_path,
+        "ema": ema,
+        "precision": str(trainer.precision),
+        "devices": trainer.num_devices,
+        "world_size": trainer.world_size,
+        "files": {"best": run.best.name, "last": run.last.name, "weights": run.weights.name,
+                  "config": run.config.name, "csv": "csv/metrics.csv", "tensorboard": "tensorboard/"},
+        "torch": torch.__version__,
+    }
