@@ -6,10 +6,13 @@ it (and vision_attn, only to materialise the data), e.g.::
     python -m venv /tmp/ulvenv && /tmp/ulvenv/bin/pip install -c constraints.txt -e . ultralytics
     /tmp/ulvenv/bin/python tools/peer_ultralytics_det.py --epochs 14 --img-size 160 --batch 32
 
-It trains ultralytics' YOLOv8n (its own ``yolov8n.yaml``, from scratch) on ``demo:digit-boxes`` in the
-YOLO txt layout, with the epochs, image size and batch of our config, horizontal flips off (flipped
-digits are other glyphs; our config does not flip either), and prints one JSON line: parameters, GFLOPs,
-mAP@.5, mAP@.5:.95 of the final model on the val split and the wall time.
+It trains one of ultralytics' own detection YAMLs (``--model yolov8n.yaml``, ``yolo11n.yaml``,
+``yolo12n.yaml``, ``yolo26n.yaml``: the scale letter in the name, from scratch) on ``demo:digit-boxes``
+in the YOLO txt layout, with the epochs, image size and batch of our config, horizontal flips off
+(flipped digits are other glyphs; our config does not flip either), and prints one JSON line:
+parameters, ultralytics' own GFLOPs figure at the training size (its thop count), mAP@.5, mAP@.5:.95
+of the final model on the val split, the training wall time and the seconds per epoch (training and
+ultralytics' per-epoch validation together, from its ``results.csv``).
 """
 from __future__ import annotations
 
@@ -24,7 +27,9 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="demo:digit-boxes", help="demo:digit-boxes or a YOLO data YAML")
-    ap.add_argument("--model", default="yolov8n.yaml", help="an ultralytics model YAML (default yolov8n.yaml)")
+    ap.add_argument("--model", default="yolov8n.yaml",
+                    help="an ultralytics detection YAML by name, scale letter included: yolov8n.yaml, yolo11n.yaml, "
+                         "yolo12n.yaml, yolo26n.yaml (default yolov8n.yaml)")
     ap.add_argument("--epochs", type=int, default=14)
     ap.add_argument("--img-size", type=int, default=160)
     ap.add_argument("--batch", type=int, default=32)
@@ -41,6 +46,7 @@ def main() -> None:
         data = str(materialise(data.removeprefix("demo:")) / "yolo" / "data.yaml")
 
     from ultralytics import YOLO
+    from ultralytics.utils.torch_utils import get_flops
 
     project = tempfile.mkdtemp(prefix="ultralytics-run-")
     model = YOLO(args.model)
@@ -53,8 +59,9 @@ def main() -> None:
                         project=project, name="val", verbose=False)
     n_params = sum(p.numel() for p in model.model.parameters())
     row = {"peer": f"ultralytics {args.model}", "epochs": args.epochs, "img_size": args.img_size,
-           "batch": args.batch, "params": n_params, "map50": float(metrics.box.map50),
-           "map": float(metrics.box.map), "train_seconds": round(wall, 1), "run": str(Path(project) / "peer")}
+           "batch": args.batch, "params": n_params, "gflops": round(get_flops(model.model, args.img_size), 3),
+           "map50": float(metrics.box.map50), "map": float(metrics.box.map), "train_seconds": round(wall, 1),
+           "seconds_per_epoch": round(wall / args.epochs, 1), "run": str(Path(project) / "peer")}
     line = json.dumps(row)
     print(line)
     if args.out:

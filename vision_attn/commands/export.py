@@ -58,13 +58,27 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
 
     from vision_attn.export import export_onnx
     from vision_attn.export.verify import verify_onnx
+    from vision_attn.models.yolo.postprocess import is_end_to_end
 
     dep = _deployable(args, console, "OUT.onnx")
     model, exporter = dep.model, args.exporter or "dynamo"
     outputs = ["boxes_scores"] if dep.kind == "detector" else ["logits"]
     out_desc = ("(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
                 if dep.kind == "detector" else "(B, classes) logits")
-    if args.nms:
+    end2end = dep.kind == "detector" and is_end_to_end(dep.model)
+    if end2end:
+        out_desc = ("(B, 4 + nc, anchors) of the one-to-one branch: cx, cy, w, h in input pixels, then class "
+                    "probabilities; an end-to-end head needs no NMS: keep the top-k scores")
+    if args.nms and end2end:
+        from vision_attn.export.topk import DetectorWithTopK
+
+        console.print(f"note: {dep.label} is end to end: --nms adds no NMS; the graph ends with the top-{args.max_det} "
+                      "(anchor, class) scores of its one-to-one branch (--conf and --iou do not apply: drop the "
+                      "rows under your threshold)", markup=False, soft_wrap=True)
+        model = DetectorWithTopK(dep.model, max_det=args.max_det).eval()
+        outputs = ["detections"]
+        out_desc = f"(B, K, 6) with K = min({args.max_det}, anchors): x1, y1, x2, y2, score, class by falling score"
+    elif args.nms:
         from vision_attn.export.nms import DetectorWithNMS
 
         if dep.kind != "detector":
@@ -152,7 +166,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                            help="run onnxruntime and PyTorch on random inputs and china.jpg; exit 2 above "
                            "1e-4 (1e-3 for detector boxes in pixels)")
             q.add_argument("--nms", action="store_true", help="detectors: NMS inside the graph, output (N, 6) "
-                           "x1 y1 x2 y2 score class for one image (TorchScript exporter)")
+                           "x1 y1 x2 y2 score class for one image (TorchScript exporter); an end-to-end detector "
+                           "(YOLO26, YOLOv10) gets no NMS but its top-k, output (B, max-det, 6), any exporter")
             q.add_argument("--conf", type=float, default=0.25, help="--nms: lowest class probability kept (0.25)")
             q.add_argument("--iou", type=float, default=0.7, help="--nms: IoU threshold (0.7)")
             q.add_argument("--max-det", type=int, default=300, help="--nms: detections kept at most (300)")

@@ -21,6 +21,7 @@ from vision_attn.errors import ExportError
 from vision_attn.export.onnx import onnx_session, run_onnx
 from vision_attn.export.sample import classifier_input, letterbox_input
 from vision_attn.export.source import Deployable
+from vision_attn.export.topk import DetectorWithTopK
 
 __all__ = ["ParityCheck", "ParityReport", "verify_onnx", "TOLERANCE", "BOX_TOLERANCE"]
 
@@ -61,17 +62,18 @@ class ParityReport:
         return all(c.passes(self.tolerances) for c in self.checks)
 
 
-def _diffs(kind: str, ours: torch.Tensor, ref: torch.Tensor, exact: bool = False) -> dict[str, float]:
+def _diffs(kind: str, ours: torch.Tensor, ref: torch.Tensor, exact: bool = False, rows: bool = False
+           ) -> dict[str, float]:
     if ours.shape != ref.shape:
         raise ExportError(f"onnxruntime returned shape {tuple(ours.shape)} where PyTorch gives {tuple(ref.shape)}"
                           f"{' (a different number of detections)' if ours.ndim == 2 and kind == 'detector' else ''}")
     diff = (ours.double() - ref.double()).abs() if exact else (ours.float() - ref.float()).abs()
     if not torch.isfinite(ours).all():
         return {k: float("inf") for k in (("boxes", "scores") if kind == "detector" else ("logits",))}
-    if kind == "detector" and ours.ndim == 2:  # after NMS: (N, 6) x1, y1, x2, y2, score, class
+    if kind == "detector" and (ours.ndim == 2 or rows):  # after NMS or top-k: (..., N, 6) x1 y1 x2 y2 score class
         if ours.shape[0] == 0:
             return {"boxes": 0.0, "scores": 0.0}
-        return {"boxes": float(diff[:, :4].max()), "scores": float(diff[:, 4:].max())}
+        return {"boxes": float(diff[..., :4].max()), "scores": float(diff[..., 4:].max())}
     if kind == "detector":  # (B, 4 + nc, A)
         return {"boxes": float(diff[:, :4].max()), "scores": float(diff[:, 4:].max()) if diff.shape[1] > 4 else 0.0}
     return {"logits": float(diff.max())}
@@ -85,6 +87,7 @@ def verify_onnx(path: str | os.PathLike, deployable: Deployable, *, batches: tup
     ``model``: what was exported when it is not ``deployable.model`` itself (a detector with NMS); a
     detection count that differs is an error too."""
     model = deployable.model if model is None else model
+    rows = isinstance(model, DetectorWithTopK)  # (B, K, 6) detections, not (B, 4 + nc, A)
     session = onnx_session(path)
     h, w = deployable.input_size
     gen = torch.Generator().manual_seed(seed)
@@ -109,10 +112,10 @@ def verify_onnx(path: str | os.PathLike, deployable: Deployable, *, batches: tup
         except Exception as e:  # noqa: BLE001 - onnxruntime's errors are one type per cause
             raise ExportError(f"{path}: onnxruntime failed on {name} {tuple(x.shape)}: "
                               f"{str(e).strip().splitlines()[0][:300]}") from None
-        check = ParityCheck(name, tuple(x.shape), _diffs(deployable.kind, ours, ref))
+        check = ParityCheck(name, tuple(x.shape), _diffs(deployable.kind, ours, ref, rows=rows))
         if exact is not None and exact.shape == ref.shape:
-            check.exact = _diffs(deployable.kind, ours.double(), exact, exact=True)
-            check.own = _diffs(deployable.kind, ref.double(), exact, exact=True)
+            check.exact = _diffs(deployable.kind, ours.double(), exact, exact=True, rows=rows)
+            check.own = _diffs(deployable.kind, ref.double(), exact, exact=True, rows=rows)
         elif exact is not None:  # NMS kept another count in float64: PyTorch's own error before the NMS
             with torch.no_grad():
                 check.own = _diffs(deployable.kind, deployable.model(x).double(),

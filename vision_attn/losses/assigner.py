@@ -3,7 +3,9 @@
 For each box, the candidate anchors are those whose centre lies inside it; each candidate's alignment
 is ``score ** alpha * IoU ** beta`` (the predicted probability of the box's class and the CIoU of the
 predicted box, clamped at 0). The ``topk`` best-aligned candidates become positives; an anchor claimed
-by several boxes goes to the box its prediction overlaps most. Class targets are the one-hot label scaled
+by several boxes goes to the box its prediction overlaps most; with ``topk2`` below ``topk`` each box then
+keeps only its ``topk2`` best-aligned positives (YOLO26's one-to-one branch: top-7 candidates, then the
+single best, ultralytics' ``tal_topk2``). Class targets are the one-hot label scaled
 by the alignment, normalised per box so that its best anchor's target equals that anchor's IoU with it.
 Everything works on padded (B, M, ...) ground truth, with no loop over boxes or anchors.
 """
@@ -46,15 +48,19 @@ class TaskAlignedAssigner(nn.Module):
     """Assign anchors to boxes by ``score ** alpha * IoU ** beta`` among the top-k candidates inside each box.
 
     Args:
-        topk: positives per box (at most). alpha: exponent of the class score. beta: exponent of the IoU.
+        topk: positives per box (at most). topk2: positives kept per box after the claims of several boxes
+            on one anchor are settled (None: ``topk``, no second cut). alpha: exponent of the class score. beta: exponent of the IoU.
         min_side: boxes narrower than this (in the boxes' units) look for candidates in a box widened to it
             about their centre (YOLOv8 uses the second level's stride, 16 px).
     """
 
     def __init__(self, topk: int = 10, alpha: float = 0.5, beta: float = 6.0, min_side: float = 0.0,
-                 eps: float = 1e-9) -> None:
+                 eps: float = 1e-9, topk2: int | None = None) -> None:
         super().__init__()
+        if topk < 1 or (topk2 is not None and not 1 <= topk2 <= topk):
+            raise ValueError(f"topk={topk}, topk2={topk2}: give topk >= 1 and 1 <= topk2 <= topk (or topk2=None)")
         self.topk, self.alpha, self.beta, self.min_side, self.eps = topk, alpha, beta, min_side, eps
+        self.topk2 = topk if topk2 is None else topk2
 
     @torch.no_grad()
     def forward(self, pred_scores: torch.Tensor, pred_boxes: torch.Tensor, points: torch.Tensor,
@@ -82,6 +88,9 @@ class TaskAlignedAssigner(nn.Module):
         claims = positive.sum(1)  # (B, A): boxes claiming each anchor
         best = F.one_hot(overlaps.argmax(1), m).transpose(1, 2).bool()  # (B, M, A): the box it overlaps most
         positive = torch.where((claims > 1).unsqueeze(1), best, positive)
+        if self.topk2 < self.topk:  # the second cut: each box keeps its topk2 best-aligned positives
+            top2 = (align * positive).topk(min(self.topk2, a), dim=-1).indices
+            positive = positive & torch.zeros_like(positive).scatter_(-1, top2, True)
         foreground = positive.any(1)  # (B, A)
         gt_index = positive.to(torch.uint8).argmax(1)  # (B, A)
 

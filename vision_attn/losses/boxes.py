@@ -16,11 +16,13 @@ def dist_to_box(dist: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     return torch.cat((points - lt, points + rb), -1)
 
 
-def box_to_dist(points: torch.Tensor, boxes: torch.Tensor, max_dist: float) -> torch.Tensor:
-    """Boxes (..., A, 4) xyxy -> distances (..., A, 4) from points (A, 2), clamped to [0, max_dist - 0.01]
-    (the largest value the distribution over ``max_dist + 1`` bins can split between two bins)."""
+def box_to_dist(points: torch.Tensor, boxes: torch.Tensor, max_dist: float | None = None) -> torch.Tensor:
+    """Boxes (..., A, 4) xyxy -> distances (..., A, 4) from points (A, 2); with ``max_dist`` clamped to
+    [0, max_dist - 0.01] (the largest value the distribution over ``max_dist + 1`` bins can split between
+    two bins), without it as they are (negative for a point outside the box)."""
     x1y1, x2y2 = boxes.chunk(2, -1)
-    return torch.cat((points - x1y1, x2y2 - points), -1).clamp_(0, max_dist - 0.01)
+    dist = torch.cat((points - x1y1, x2y2 - points), -1)
+    return dist if max_dist is None else dist.clamp_(0, max_dist - 0.01)
 
 
 def ciou(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:

@@ -1,6 +1,10 @@
 """The YOLOv8 detection loss: task-aligned assignment, BCE on classes, CIoU and distribution focal loss
 on the boxes of the positive anchors, weighted ``box 7.5, cls 0.5, dfl 1.5``.
 
+A head without distributions (``reg_max`` 1, YOLO26) predicts the four distances directly: the DFL term
+is then an L1 distance between predicted and target distances, in pixels divided by the input's width
+(left, right) and height (top, bottom), under the same gain (ultralytics' ``BboxLoss`` for ``reg_max`` 1).
+
 Input: the Detect head's training output (a list of (B, 4*reg_max + nc, H_i, W_i) maps) and the
 ground truth as per-image lists (``boxes`` (n_i, 4) xyxy in input pixels, ``labels`` (n_i,) int64),
 padded here to the largest count of the batch. All losses are normalised by the sum of the class
@@ -19,13 +23,15 @@ from vision_attn.errors import DataError
 from vision_attn.losses.assigner import TaskAlignedAssigner
 from vision_attn.losses.boxes import box_to_dist, ciou, dist_to_box
 from vision_attn.losses.dfl import distribution_focal_loss
+from vision_attn.models.yolo.detect import make_anchors
 
 __all__ = ["DetectionLoss", "LossParts", "pad_targets"]
 
 
 @dataclass
 class LossParts:
-    """``total`` = box_gain * box + cls_gain * cls + dfl_gain * dfl (with gradients); the parts detached."""
+    """``total`` = box_gain * box + cls_gain * cls + dfl_gain * dfl (with gradients); the parts detached.
+    ``dfl`` is the distribution focal loss, or the L1 distance term of a ``reg_max`` 1 head."""
 
     total: torch.Tensor
     box: torch.Tensor
@@ -57,12 +63,12 @@ class DetectionLoss(nn.Module):
     Args:
         model: a :class:`~vision_attn.models.yolo.DetectionModel` (its head gives nc, reg_max, strides).
         box_gain, cls_gain, dfl_gain: weights of the CIoU, BCE and DFL terms.
-        topk, alpha, beta: the assigner's (see :class:`TaskAlignedAssigner`); boxes smaller than the second
-            level's stride look for candidate anchors in a box of that size, as in YOLOv8.
+        topk, topk2, alpha, beta: the assigner's (see :class:`TaskAlignedAssigner`); boxes smaller than the
+            second level's stride look for candidate anchors in a box of that size, as in YOLOv8.
     """
 
     def __init__(self, model: nn.Module, *, box_gain: float = 7.5, cls_gain: float = 0.5, dfl_gain: float = 1.5,
-                 topk: int = 10, alpha: float = 0.5, beta: float = 6.0) -> None:
+                 topk: int = 10, topk2: int | None = None, alpha: float = 0.5, beta: float = 6.0) -> None:
         super().__init__()
         head = model.model[-1] if hasattr(model, "model") else model
         self.nc, self.reg_max = int(head.nc), int(head.reg_max)
@@ -70,14 +76,12 @@ class DetectionLoss(nn.Module):
         self.gains = (box_gain, cls_gain, dfl_gain)
         strides = [float(s) for s in head.stride]
         min_side = strides[1] if len(strides) > 1 else (strides[0] if strides else 0.0)
-        self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta, min_side=min_side)
+        self.assigner = TaskAlignedAssigner(topk=topk, topk2=topk2, alpha=alpha, beta=beta, min_side=min_side)
         self.register_buffer("bins", torch.arange(self.reg_max, dtype=torch.float32), persistent=False)
 
     def forward(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
                 labels: Sequence[torch.Tensor]) -> LossParts:
         """Raw maps of the head, per-image ground truth -> the loss and its parts."""
-        from vision_attn.models.yolo.detect import make_anchors
-
         head = self.head[0]
         b = feats[0].shape[0]
         if len(boxes) != b or len(labels) != b:
@@ -88,7 +92,8 @@ class DetectionLoss(nn.Module):
         points, strides = points.float(), strides.float()
         a = points.shape[0]
         dist_logits = pred_dist.reshape(b, a, 4, self.reg_max)
-        pred_boxes = dist_to_box(dist_logits.softmax(-1) @ self.bins.to(flat.device), points)  # grid units
+        dist = dist_logits.softmax(-1) @ self.bins.to(flat.device) if self.reg_max > 1 else pred_dist
+        pred_boxes = dist_to_box(dist, points)  # grid units
 
         gt_boxes, gt_labels, gt_mask = pad_targets(boxes, labels, flat.device)
         if len(labels) and gt_mask.any() and int(gt_labels[gt_mask].max()) >= self.nc:
@@ -105,8 +110,15 @@ class DetectionLoss(nn.Module):
             weight = targets.scores.sum(-1)[fg]  # (P,)
             target_boxes = targets.boxes / strides  # grid units
             box = ((1 - ciou(pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
-            target_dist = box_to_dist(points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
-            dfl = (distribution_focal_loss(dist_logits[fg], target_dist) * weight).sum() / score_sum
+            if self.reg_max > 1:
+                target_dist = box_to_dist(points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
+                dfl = (distribution_focal_loss(dist_logits[fg], target_dist) * weight).sum() / score_sum
+            else:  # L1 on the distances in pixels over the input's (W, H, W, H)
+                h, w = (s * float(head.stride[0]) for s in feats[0].shape[-2:])
+                scale = strides / flat.new_tensor([w, h, w, h])  # (A, 4)
+                target_dist = box_to_dist(points, target_boxes) * scale
+                l1 = (dist * scale - target_dist).abs()[fg].mean(-1)
+                dfl = (l1 * weight).sum() / score_sum
         else:  # no object in the batch: the box terms are 0 but keep the graph
             box = dfl = flat.sum() * 0
         g_box, g_cls, g_dfl = self.gains

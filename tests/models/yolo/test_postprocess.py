@@ -50,3 +50,28 @@ def test_to_original_undoes_letterbox_scale_and_padding():
     assert out[1].tolist() == pytest.approx([0.0, 0.0, 200.0, 100.0])  # clipped to the image
     assert to_original(boxes, scale=torch.tensor(0.8), pad=torch.tensor([0.0, 40.0]),
                        orig_size=(100, 200)).allclose(out)
+
+
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_end_to_end_topk_matches_ultralytics_detect_postprocess(agnostic):
+    from tests.peers import import_ultralytics
+
+    head = import_ultralytics("ultralytics.nn.modules.head")
+    from vision_attn.models.yolo.postprocess import topk_pairs
+
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(2, 60, 2, generator=g) * 100
+    xyxy = torch.cat((xy, xy + 5 + torch.rand(2, 60, 2, generator=g) * 40), -1)
+    probs = torch.rand(2, 60, 3, generator=g)
+    peer = head.Detect(nc=3, end2end=True, ch=(8,))
+    peer.max_det, peer.agnostic_nms = 20, agnostic
+    theirs = peer.postprocess(torch.cat((xyxy, probs), -1))  # (B, 20, 6): x1 y1 x2 y2 score class
+    ours = torch.cat((box_convert(xyxy, "xyxy", "cxcywh"), probs), -1).transpose(1, 2)
+    boxes, scores, labels = topk_pairs(ours, 20, agnostic)
+    assert torch.equal(scores, theirs[..., 4]) and torch.equal(labels, theirs[..., 5].long())
+    assert torch.allclose(boxes, theirs[..., :4], atol=1e-4)
+    if not agnostic:  # among the top anchors, an anchor may come back with a second class
+        assert any(len(set(a.tolist())) < 20 for a in (boxes * 1000).round().sum(-1))
+    dets = postprocess(ours, conf=0.5, max_det=20, end2end=True, agnostic=agnostic)
+    for det, s in zip(dets, scores):
+        assert det.scores.tolist() == s[s > 0.5].tolist() and det.boxes.shape == (len(det), 4)

@@ -1,5 +1,12 @@
 """Detections from the decoded head output: confidence threshold, pre-NMS top-k, class-wise NMS
 (``torchvision.ops.batched_nms``), a cap per image, and the way back to original image pixels.
+
+An end-to-end head (YOLO26, YOLOv10: :func:`is_end_to_end`) decodes its one-to-one branch, which was
+trained to give each object one box: its detections are a top-k, not an NMS (ultralytics' end-to-end
+``Detect.postprocess``): the ``max_det`` anchors with the highest class probability, then the
+``max_det`` best (anchor, class) pairs among them (one class per anchor with ``agnostic``), then the
+confidence threshold. :func:`topk_pairs` is that selection as tensor operations, shared with the
+ONNX export.
 """
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from typing import Sequence
 import torch
 from torchvision.ops import batched_nms, box_convert
 
-__all__ = ["Detections", "postprocess", "to_original"]
+__all__ = ["Detections", "postprocess", "to_original", "topk_pairs", "is_end_to_end"]
 
 
 @dataclass
@@ -25,8 +32,36 @@ class Detections:
         return int(self.scores.numel())
 
 
+def is_end_to_end(model: torch.nn.Module) -> bool:
+    """Whether a detector (or its head) predicts end to end: its eval output is the one-to-one branch's,
+    to be read with a top-k (:func:`postprocess` with ``end2end=True``), not NMS."""
+    head = model.model[-1] if hasattr(model, "model") else model
+    return bool(getattr(head, "end2end", False))
+
+
+def topk_pairs(pred: torch.Tensor, max_det: int, agnostic: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decoded output (B, 4 + nc, A) -> the ``k = min(max_det, A)`` best detections of each image without
+    NMS, by falling score: boxes (B, k, 4) xyxy pixels, scores (B, k), labels (B, k) int64. The k anchors
+    of highest class probability, then the k best (anchor, class) pairs among them (an anchor may come
+    twice, with two classes); ``agnostic``: each anchor once, with its best class."""
+    pred = pred.transpose(1, 2)  # (B, A, 4 + nc)
+    boxes, probs = box_convert(pred[..., :4], "cxcywh", "xyxy"), pred[..., 4:]
+    nc, k = probs.shape[-1], min(max_det, pred.shape[1])
+    if agnostic:
+        best, labels = probs.max(-1)
+        scores, anchor = best.topk(k, dim=1)
+        labels = labels.gather(1, anchor)
+    else:
+        top = probs.amax(-1).topk(k, dim=1).indices  # (B, k) anchors
+        scores, flat = probs.gather(1, top.unsqueeze(-1).expand(-1, -1, nc)).flatten(1).topk(k, dim=1)
+        labels, anchor = flat % nc, top.gather(1, flat // nc)
+    return boxes.gather(1, anchor.unsqueeze(-1).expand(-1, -1, 4)), scores, labels
+
+
 def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
-                pre_nms: int = 30000, multi_label: bool = False, agnostic: bool = False) -> list[Detections]:
+                pre_nms: int = 30000, multi_label: bool = False, agnostic: bool = False,
+                end2end: bool = False) -> list[Detections]:
     """Decoded output (B, 4 + nc, A) (``cx, cy, w, h`` pixels, class probabilities) -> one
     :class:`Detections` per image.
 
@@ -34,9 +69,17 @@ def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max
     a box may appear once per class above ``conf`` (what mAP evaluation uses), else only with its best
     class; ``pre_nms``: candidates kept per image (highest scores) before NMS at IoU ``iou``;
     ``agnostic``: NMS across classes; ``max_det``: detections kept per image.
+
+    ``end2end`` (the output of an end-to-end head, :func:`is_end_to_end`): no NMS, the top-k of
+    :func:`topk_pairs` above ``conf`` (``iou``, ``pre_nms`` and ``multi_label`` do not apply; ``agnostic``
+    keeps each anchor once).
     """
     if pred.ndim != 3 or pred.shape[1] < 5:
         raise ValueError(f"expected the decoded head output (B, 4 + nc, A), got {tuple(pred.shape)}")
+    if end2end:
+        boxes, scores, labels = topk_pairs(pred.detach().float(), max_det, agnostic)
+        keep = scores > conf
+        return [Detections(b[m], s[m], lb[m]) for b, s, lb, m in zip(boxes, scores, labels, keep)]
     pred = pred.detach().float().transpose(1, 2)  # (B, A, 4 + nc)
     boxes_all = box_convert(pred[..., :4], "cxcywh", "xyxy")
     probs_all = pred[..., 4:]

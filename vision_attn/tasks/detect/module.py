@@ -1,4 +1,7 @@
-"""The detection LightningModule: a YOLO-style detector built from a YAML, trained with the YOLOv8 loss.
+"""The detection LightningModule: a YOLO-style detector built from a YAML, trained with the YOLOv8 loss,
+or, when its head is end to end (YOLO26's ``end2end: True`` Detect, YOLOv10's ``v10Detect``), with
+:class:`~vision_attn.losses.EndToEndLoss` (one-to-many and one-to-one branches, the branch weights moved
+to the current epoch at the start of each) and NMS-free validation (top-k over the one-to-one branch).
 
 Training: SGD (Nesterov momentum) or AdamW over three parameter groups (weights with decay; norm
 weights and biases without), the YOLO warmup (biases from a high rate, momentum ramp) and a linear or
@@ -27,11 +30,11 @@ from torch import nn
 from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
-from vision_attn.losses import DetectionLoss
+from vision_attn.losses import DetectionLoss, EndToEndLoss
 from vision_attn.io.resources import resolve_path
 from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
-from vision_attn.models.yolo.postprocess import postprocess, to_original
+from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.detect.plots import prediction_grid, save_image
 from vision_attn.tasks.detect.schedule import WarmupDecay
@@ -82,7 +85,11 @@ class DetectionModule(pl.LightningModule):
         warmup_epochs: warmup length (at least ``min_warmup_steps`` steps; 0: none);
             warmup_momentum: momentum at the start; warmup_bias_lr: the biases' starting rate
             (None: 0.1 for SGD, 0 for AdamW).
-        box_gain, cls_gain, dfl_gain: weights of the loss terms.
+        box_gain, cls_gain, dfl_gain: weights of the loss terms (``dfl_gain``: of the L1 distance term for a
+            ``reg_max`` 1 head).
+        e2e_weights: an end-to-end head's branch weights: ``yolo26`` (ultralytics' ``E2ELoss``, which its
+            trainer uses for YOLO26 and YOLOv10: one-to-many 0.8 -> 0.1 over the epochs, one-to-one top-7
+            then 1) or ``yolov10`` (the YOLOv10 paper's, ``E2EDetectLoss``: both 1, one-to-one top-1).
         ema_decay: the EMA's decay (None: no EMA); ema_tau: steps over which it ramps up.
         close_mosaic: switch the mosaic off for this many final epochs.
         conf, iou, max_det: validation's confidence threshold, NMS IoU and detections per image.
@@ -113,6 +120,7 @@ class DetectionModule(pl.LightningModule):
         box_gain: float = 7.5,
         cls_gain: float = 0.5,
         dfl_gain: float = 1.5,
+        e2e_weights: Literal["yolo26", "yolov10"] = "yolo26",
         ema_decay: float | None = 0.9999,
         ema_tau: float = 2000.0,
         close_mosaic: int = 10,
@@ -145,7 +153,10 @@ class DetectionModule(pl.LightningModule):
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
         if len(self.class_names) != num_classes:
             raise ConfigError(f"{len(self.class_names)} class names for {num_classes} classes")
-        self.criterion = DetectionLoss(self.model, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
+        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
+        self.criterion: DetectionLoss | EndToEndLoss = (
+            EndToEndLoss(self.model, weights=e2e_weights, **gains) if self.model.model[-1].has_one2one
+            else DetectionLoss(self.model, **gains))
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
@@ -178,12 +189,25 @@ class DetectionModule(pl.LightningModule):
             self._compiled = True
 
     # ---------------------------------------------------------------- training
+    def _planned_epochs(self) -> int:
+        """The run's epochs: ``max_epochs``, else what ``max_steps`` amounts to, else the current one + 1."""
+        trainer = self.trainer
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            return int(trainer.max_epochs)
+        batches = trainer.num_training_batches
+        if trainer.max_steps > 0 and math.isfinite(batches) and batches > 0:
+            return max(math.ceil(trainer.max_steps * trainer.accumulate_grad_batches / batches), 1)
+        return self.current_epoch + 1
+
     def on_train_epoch_start(self) -> None:
         dm = getattr(self.trainer, "datamodule", None)
         max_epochs = self.trainer.max_epochs or 0
         if dm is not None and hasattr(dm, "set_mosaic") and max_epochs > 0:
             if self.current_epoch >= max_epochs - self.hparams.close_mosaic:
                 dm.set_mosaic(False)
+        if isinstance(self.criterion, EndToEndLoss):
+            self.criterion.set_epoch(self.current_epoch, max(self._planned_epochs(), self.current_epoch + 1))
+            self.log("train/o2m_weight", self.criterion.branch_weights[0], on_step=False, on_epoch=True, batch_size=1)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._schedule is not None:
@@ -224,7 +248,8 @@ class DetectionModule(pl.LightningModule):
         """Detections of a batch in original image pixels: per image ``{image_id, boxes, scores, labels}``
         (numpy), and the same in network-input pixels under ``input_boxes``."""
         hp = self.hparams
-        dets = postprocess(self(batch["images"]), conf=hp.conf, iou=hp.iou, max_det=hp.max_det, multi_label=True)
+        dets = postprocess(self(batch["images"]), conf=hp.conf, iou=hp.iou, max_det=hp.max_det, multi_label=True,
+                           end2end=is_end_to_end(self.eval_model()))
         out = []
         for det, iid, size, scale, pad in zip(dets, batch["image_ids"], batch["orig_sizes"], batch["scales"],
                                               batch["pads"]):

@@ -2,7 +2,8 @@
 
 A detection run's ``best.ckpt`` / ``last.ckpt`` holds the detector YAML's text, its scale, the class
 names and the data's image size beside the weights; it is read with ``torch.load(weights_only=True)``
-and the EMA weights are used when the run kept an EMA.
+and the EMA weights are used when the run kept an EMA. An end-to-end detector (YOLO26, YOLOv10) gives
+its detections without NMS (the top-k of its one-to-one branch, ``postprocess(end2end=True)``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from vision_attn.errors import CheckpointError, DataError
 from vision_attn.io.atomic import write_json
 from vision_attn.io.resources import resolve_path
 from vision_attn.models.yolo import build_detector
-from vision_attn.models.yolo.postprocess import postprocess, to_original
+from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
 
@@ -90,10 +91,11 @@ def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: i
          max_det: int, multi_label: bool) -> list[dict[str, Any]]:
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
     out = []
+    end2end = is_end_to_end(det.model)
     for batch in loader:
         x = batch["images"].contiguous(memory_format=torch.channels_last)
         for d, iid, size, scale, pad in zip(postprocess(det.model(x), conf=conf, iou=iou, max_det=max_det,
-                                                        multi_label=multi_label),
+                                                        multi_label=multi_label, end2end=end2end),
                                             batch["image_ids"], batch["orig_sizes"], batch["scales"], batch["pads"]):
             out.append({"image_id": int(iid), "boxes": to_original(d.boxes, scale=scale, pad=pad, orig_size=size).numpy(),
                         "scores": d.scores.numpy(), "labels": d.labels.numpy()})
