@@ -296,34 +296,14 @@ def _parse_block_args(value: str | None) -> list[Any] | None:
     return [loaded]
 
 
-def _load_state_dict(path: str) -> dict[str, Any]:
-    import torch
-
-    from vision_attn.errors import CheckpointError
-
-    if not os.path.isfile(path):
-        raise CheckpointError(f"--checkpoint {path}: no such file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is one error line
-        raise CheckpointError(f"--checkpoint {path}: not a readable state dict ({type(e).__name__}: {e})") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"--checkpoint {path}: expected a state dict (a mapping of names to tensors)")
-    return state
-
-
 def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
     """``yaml insert`` / ``yaml remove``: edit a detector YAML's rows (re-indexed, comments kept)."""
     import difflib
-    import tempfile
-
-    import torch
 
     from vision_attn.analysis.yaml_info import compare_yaml
-    from vision_attn.models.yolo import (all_rows, build_detector, insert_attention_text, remap_state_dict,
-                                         remove_attention_text, write_text_atomic)
+    from vision_attn.io.atomic import save_torch, write_text
+    from vision_attn.models.yolo import insert_attention_text, remove_attention_text
+    from vision_attn.models.yolo.transfer import transfer_checkpoint
 
     if not os.path.isfile(args.file):
         raise ConfigError(f"{args.file}: no such YAML file")
@@ -346,11 +326,9 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
                 if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
     else:
         result = remove_attention_text(text, args.block)
-        import yaml
-
-        removed = len(all_rows(yaml.safe_load(text))) - len(result.index_map)
-        what = f"removed {removed} row(s)" if removed else "nothing to remove"
-    state = _load_state_dict(args.checkpoint) if args.checkpoint else None
+        what = f"removed {len(result.removed)} row(s)" if result.removed else "nothing to remove"
+    if args.checkpoint and not os.path.isfile(args.checkpoint):
+        raise ConfigError(f"--checkpoint {args.checkpoint}: no such file")
 
     if args.dry_run:
         diff = difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
@@ -367,33 +345,15 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         console.print(what + " (dry run: nothing written)")
         return 0
 
-    new_state = None
-    if state is not None:
-        new_state = remap_state_dict(state, result.index_map)
-        with torch.device("meta"):
-            model = build_detector(result.text, scale=args.scale)
-        expected = model.state_dict()
-        new_keys = [k for k in expected if k not in new_state]
-        transferred = [k for k in new_state if k in expected]
-    write_text_atomic(args.output, result.text)
+    moved = transfer_checkpoint(args.checkpoint, result.text, result.index_map, scale=args.scale) \
+        if args.checkpoint else None
+    write_text(args.output, result.text)
     console.print(f"{what} -> {args.output}")
-    if new_state is not None:
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp",
-                                   dir=os.path.dirname(os.path.abspath(args.checkpoint_out)))
-        os.close(fd)
-        try:
-            torch.save(new_state, tmp)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, args.checkpoint_out)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        console.print(f"checkpoint: {len(transferred)} of {len(state)} tensors transferred -> {args.checkpoint_out}; "
-                      f"{len(new_keys)} new key(s) to train: {', '.join(new_keys) if new_keys else 'none'}",
-                      soft_wrap=True)
+    if moved is not None:
+        save_torch(moved.state, args.checkpoint_out)
+        console.print(f"checkpoint: {len(moved.transferred)} of {moved.total} tensors transferred -> "
+                      f"{args.checkpoint_out}; {len(moved.new_keys)} new key(s) to train: "
+                      f"{', '.join(moved.new_keys) if moved.new_keys else 'none'}", soft_wrap=True)
     return 0
 
 

@@ -14,7 +14,8 @@ import torchvision
 
 import vision_attn
 from vision_attn import CheckpointError
-from vision_attn.models.checkpoint import read_state_dict, save_atomic
+from vision_attn.io.atomic import save_torch as save_atomic
+from vision_attn.models.checkpoint import read_state_dict
 
 TINY = dict(depth=1, img_size=32)  # vit_tiny with one block at a 2x2 grid
 

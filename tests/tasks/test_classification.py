@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from vision_attn import create_model
 from vision_attn.errors import ConfigError, TrainingError
-from vision_attn.models.checkpoint import save_atomic
+from vision_attn.io.atomic import save_torch as save_atomic
 from vision_attn.tasks import ClassificationModule
 
 pytestmark = pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`",

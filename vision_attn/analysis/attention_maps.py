@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.io.atomic import save_figure
 from vision_attn.layers import record_attention
 
 __all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps",
@@ -178,7 +179,6 @@ def render_maps(image: np.ndarray, maps: AttentionMaps, path: str | os.PathLike,
     (bilinear), scaled to [0, 1] and overlaid; a PNG."""
     from matplotlib.figure import Figure
 
-    from vision_attn.analysis.figures import save_figure
 
     items = list(maps.maps.items())
     if len(items) > max_panels:  # evenly spaced, first and last included: shallow to deep

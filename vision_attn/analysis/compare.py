@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.io.atomic import save_figure
 
 __all__ = ["CompareRow", "METRIC_KEYS", "compare", "pareto_front", "plot_compare", "read_run_metrics"]
 
@@ -133,7 +134,6 @@ def plot_compare(rows: Sequence[CompareRow], path: str | os.PathLike) -> Path:
     """Accuracy (or mAP) against GMACs, point area by parameters, the Pareto front marked; a PNG."""
     from matplotlib.figure import Figure
 
-    from vision_attn.analysis.figures import save_figure
 
     scored = [r for r in rows if r.metric is not None]
     if not scored:

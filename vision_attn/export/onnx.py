@@ -23,12 +23,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.io.atomic import write_onnx
 
 __all__ = ["OnnxExport", "export_onnx", "onnx_session", "run_onnx", "graph_ops", "DEFAULT_OPSET"]
 
@@ -123,14 +124,6 @@ def _export(model: nn.Module, example: torch.Tensor, tmp: str, opset: int, expor
         raise ConfigError(f"exporter {exporter!r}: choose 'dynamo' or 'torchscript'")
 
 
-def publish(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
-    """Give a finished temporary file (mkstemp's 0600) the usual permissions and rename it to ``path``."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
 def export_onnx(model: nn.Module, path: str | os.PathLike, input_size: tuple[int, int], *,
                 dynamic_batch: bool = False, opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo",
                 input_name: str = "images", output_names: Sequence[str] = ("output",),
@@ -151,11 +144,10 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, input_size: tuple[int
                           f"(attention needs 14 or more, LayerNormalization 17; default {DEFAULT_OPSET})")
     model = model.eval()
     example = torch.randn(2 if dynamic_batch else 1, in_chans, *input_size)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp.onnx")
-    os.close(fd)
-    leftovers = [tmp, tmp + ".data"]
     start = time.perf_counter()
-    try:
+    found: dict[str, Any] = {}
+
+    def write(tmp: str) -> None:
         with _quiet_exporters() as log, torch.no_grad():
             try:
                 _export(model, example, tmp, opset, exporter, dynamic_batch, input_name, list(output_names))
@@ -182,12 +174,11 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, input_size: tuple[int
                               "recorded constants); keep the computation in torch operations")
         if written != opset:
             raise _opset_error(opset, f"the exporter wrote opset {written} instead", ops)
-        seconds = time.perf_counter() - start
-        publish(tmp, path)
-    finally:
-        for f in leftovers:
-            Path(f).unlink(missing_ok=True)
-    return OnnxExport(path, written, exporter, seconds, nodes, ops, inputs[0], outputs, dynamic_batch)
+        found.update(written=written, ops=ops, nodes=nodes, inputs=inputs, outputs=outputs)
+
+    write_onnx(path, write)
+    return OnnxExport(path, found["written"], exporter, time.perf_counter() - start, found["nodes"], found["ops"],
+                      found["inputs"][0], found["outputs"], dynamic_batch)
 
 
 def onnx_session(path: str | os.PathLike, threads: int | None = None):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError, ExportError
+from vision_attn.io.atomic import write_onnx
 
 __all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor"]
 
@@ -31,16 +31,12 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """``src`` (an FP32 .onnx) with int8 weights for its MatMul and Gemm nodes, written atomically to ``dst``."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from vision_attn.export.onnx import publish
-
     src, dst = Path(src), Path(dst)
     if not src.is_file():
         raise ConfigError(f"{src}: no such ONNX file")
     if not dst.parent.is_dir():
         raise ConfigError(f"-o {dst}: the folder {dst.parent} does not exist; create it first (nothing was written)")
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp.onnx")
-    os.close(fd)
-    try:
+    def write(tmp: str) -> None:
         root = logging.getLogger()
         level = root.level
         root.setLevel(logging.ERROR)  # its advice to run onnxruntime's pre-processing first, on every call
@@ -51,9 +47,8 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
             raise ExportError(f"{src}: onnxruntime's dynamic quantization failed ({detail[:300]})") from None
         finally:
             root.setLevel(level)
-        publish(tmp, dst)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+
+    write_onnx(dst, write)
     return dst
 
 

@@ -8,12 +8,11 @@ leaves half a ``last.ckpt``. Here the temporary file lies in the checkpoint's ow
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from vision_attn.models.checkpoint import save_atomic
+from vision_attn.io.atomic import save_torch
 
 __all__ = ["AtomicCheckpointIO"]
 
@@ -25,6 +24,4 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                         storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_atomic(checkpoint, path)
+        save_torch(checkpoint, path, mkdir=True)

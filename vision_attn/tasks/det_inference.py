@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from vision_attn.data.detection import DetectionDataset, DetectionRecord, DetectionStats, collate_detection
 from vision_attn.errors import CheckpointError, DataError
+from vision_attn.io.atomic import write_json
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.tasks.inference import image_paths, load_run_checkpoint, load_run_weights
 
@@ -119,7 +120,6 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     from vision_attn.data import DetectionTransform
     from vision_attn.data.detection import read_image
     from vision_attn.tasks.det_plots import draw_boxes, save_image
-    from vision_attn.tasks.run_folder import write_json_atomic
 
     det = load_detector(checkpoint)
     paths = image_paths(images)
@@ -142,5 +142,5 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
             entry["drawn"] = str(save_image(drawn, out_dir / name))
         results.append(entry)
     if out_dir is not None:
-        write_json_atomic(out_dir / "detections.json", results)
+        write_json(out_dir / "detections.json", results)
     return results

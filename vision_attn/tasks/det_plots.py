@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import torch
 
-from vision_attn.tasks.run_folder import write_atomic
+from vision_attn.io.atomic import write_bytes
 
 __all__ = ["draw_boxes", "prediction_grid", "save_image"]
 
@@ -74,4 +74,4 @@ def save_image(image: np.ndarray, path: str | os.PathLike) -> Path:
     ok, data = cv2.imencode(path.suffix or ".png", cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
     if not ok:
         raise ValueError(f"cannot encode an image as {path.suffix}")
-    return write_atomic(path, data.tobytes())
+    return write_bytes(path, data.tobytes(), mkdir=True)

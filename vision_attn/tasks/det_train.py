@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from vision_attn.tasks.config import to_dict
-from vision_attn.tasks.run_folder import RunFolder, write_json_atomic
+from vision_attn.io.atomic import write_json
+from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.train import (Echo, TrainResult, TrainTask, _value, run_metrics, run_training,
                                      save_final_weights)
 
@@ -83,7 +84,7 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "per_class_ap": report.as_dict()["per_class"] if report is not None else {},
     }
     metrics["files"].update(predictions="predictions.png", curves=["loss.png", "map.png"])
-    write_json_atomic(run.metrics, metrics)
+    write_json(run.metrics, metrics)
     return metrics
 
 

@@ -24,10 +24,12 @@ import torch
 from timm.utils import ModelEmaV3
 from torch import nn
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import DetectionLoss
 from vision_attn.models.yolo import build_detector
 from vision_attn.models.yolo.postprocess import postprocess, to_original
+from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.det_schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
 
@@ -298,22 +300,9 @@ class DetectionModule(pl.LightningModule):
 def load_matching(model: nn.Module, path: str) -> tuple[int, int]:
     """Load the tensors of the state dict at ``path`` whose name and shape fit ``model``; return
     (loaded, total in the model)."""
-    from vision_attn.errors import CheckpointError
-
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise CheckpointError(f"model.pretrained={path}: no such file")
-    try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(p))
-        else:
-            state = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is one error
-        raise CheckpointError(f"model.pretrained={path}: not a readable state dict ({type(e).__name__})") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = {k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")}
+    state = detector_state(read_state_dict(path))
     own = model.state_dict()
     fit = {k: v for k, v in state.items() if k in own and tuple(v.shape) == tuple(own[k].shape)}
     if not fit:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from vision_attn.io.atomic import save_figure
 
 __all__ = ["epoch_history", "plot_curves", "plot_confusion", "CLASSIFICATION_PANELS", "DETECTION_PANELS"]
 
@@ -37,14 +38,6 @@ def epoch_history(csv_path: str | os.PathLike) -> dict[str, dict[int, float]]:
                 except ValueError:
                     continue
     return out
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    FigureCanvasAgg(fig)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-    return path
 
 
 CLASSIFICATION_PANELS = (("loss.png", ("train/loss_epoch", "val/loss"), "loss"),
@@ -74,7 +67,7 @@ def plot_curves(history: dict[str, dict[int, float]], out_dir: str | os.PathLike
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend()
-        written.append(_save(fig, out_dir / fname))
+        written.append(save_figure(fig, out_dir / fname))
     return written
 
 
@@ -103,4 +96,4 @@ def plot_confusion(confusion: torch.Tensor, classes: Sequence[str], path: str | 
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(f"{title} (top-1 {100 * acc:.1f}%, {total} images)")
-    return _save(fig, Path(path))
+    return save_figure(fig, path)

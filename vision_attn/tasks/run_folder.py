@@ -1,4 +1,4 @@
-"""The folder of one training run, ``RUNS_DIR/NAME/``, and atomic writes into it.
+"""The folder of one training run, ``RUNS_DIR/NAME/`` (its files are written by :mod:`vision_attn.io.atomic`).
 
 Layout: ``config.yaml`` (the full configuration), ``best.ckpt`` and ``last.ckpt`` (Lightning
 checkpoints with optimizer, scheduler and EMA state), ``model.safetensors`` (the final evaluation
@@ -7,39 +7,15 @@ weights, loadable by ``create_model(name, pretrained=...)``), ``metrics.json``, 
 """
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vision_attn.errors import TrainingError
 
-__all__ = ["RunFolder", "write_atomic", "write_json_atomic"]
+__all__ = ["RunFolder"]
 
 _RUN_MARKERS = ("config.yaml", "last.ckpt", "best.ckpt", "metrics.json")
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """``obj`` as indented JSON, written atomically."""
-    return write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ import torch
 from vision_attn.data import unwrap_worker_error
 from vision_attn.errors import ConfigError, TrainingError, VisionAttnError
 from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
-from vision_attn.tasks.run_folder import RunFolder, write_atomic, write_json_atomic
+from vision_attn.io.atomic import save_torch, write_json, write_text
+from vision_attn.tasks.run_folder import RunFolder
 
 __all__ = ["TrainResult", "TrainTask", "run_training", "train_classifier"]
 
@@ -165,7 +166,7 @@ def _train(cfg, say: Echo, start: float, task: TrainTask) -> TrainResult:
     trainer = pl.Trainer(**trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers,
                          default_root_dir=run.path, enable_progress_bar=progress, plugins=[AtomicCheckpointIO()])
     if trainer.is_global_zero:
-        write_atomic(run.config, dump_config(cfg, run_flags=False, task=task.name))
+        write_text(run.config, dump_config(cfg, run_flags=False, task=task.name))
     if ckpt_path is not None:
         say(f"resuming from {ckpt_path}")
     fit_start = time.perf_counter()
@@ -203,12 +204,10 @@ def _value(metrics: Mapping[str, Any], key: str) -> float | None:
 
 def save_final_weights(run: RunFolder, trainer, module) -> None:
     """Flush the loggers and write the module's evaluation (EMA) weights to ``model.safetensors``."""
-    from vision_attn.models.checkpoint import save_atomic
-
     for logger in trainer.loggers:
         logger.save()
     net = module.eval_model()
-    save_atomic({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, run.weights)
+    save_torch({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, run.weights)
 
 
 def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, ckpt_path: str | None,
@@ -275,7 +274,7 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "gmacs": round(flops.gmacs, 6),
         "per_class_accuracy": report.get("per_class_accuracy", {}),
     }
-    write_json_atomic(run.metrics, metrics)
+    write_json(run.metrics, metrics)
     return metrics
 
 

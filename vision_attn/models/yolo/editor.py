@@ -10,9 +10,7 @@ Every edit is verified: the edited text must load to :func:`insert_row`'s rows, 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,23 +18,26 @@ from typing import Any, Sequence
 import yaml
 
 from vision_attn.errors import ConfigError
+from vision_attn.io.atomic import write_text
 from vision_attn.models.yolo.modules import MODULES
 from vision_attn.models.yolo.reindex import all_rows, check_topology, insert_row, remove_row
 from vision_attn.models.yolo.remap import insertion_map
 
 __all__ = ["EditResult", "insert_attention_text", "insert_attention_file", "insert_attention_data",
-           "remove_rows_text", "remove_attention_text", "write_text_atomic"]
+           "remove_rows_text", "remove_attention_text"]
 
 _ROW = re.compile(r"^(?P<lead>\s*-\s*\[\s*)(?P<from>\[[^\]\[]*\]|-?\d+)(?P<rest>\s*,.*?)(?P<comment>\s*#\s*(?P<num>\d+)(?P<tail>.*))?$")
 
 
 @dataclass
 class EditResult:
-    """The edited text, the new indices of inserted rows and the old -> new row map."""
+    """The edited text, the new indices of inserted rows, the old -> new row map and the old indices of
+    removed rows."""
 
     text: str
     inserted: list[int] = field(default_factory=list)
     index_map: dict[int, int] = field(default_factory=dict)
+    removed: list[int] = field(default_factory=list)
 
 
 def _row_lines(text: str) -> tuple[list[str], list[int], dict[str, Any]]:
@@ -217,7 +218,7 @@ def remove_rows_text(text: str, block: str) -> EditResult:
         result_lines[line_no] = _rewrite_line(result_lines[line_no], old_index, n, None, None)
     edited = "".join(result_lines)
     _verify(edited, new)
-    return EditResult(edited, [], mapping)
+    return EditResult(edited, [], mapping, drop)
 
 
 def insert_attention_file(src: str | Path, dst: str | Path, block: str, *, after: str | None = None,
@@ -230,7 +231,7 @@ def insert_attention_file(src: str | Path, dst: str | Path, block: str, *, after
         raise ConfigError(f"{source}: no such YAML file")
     result = insert_attention_text(source.read_text(encoding="utf-8"), block, after=after, at=at, section=section,
                                    args=args)
-    write_text_atomic(dst, result.text)
+    write_text(dst, result.text)
     return result
 
 
@@ -249,23 +250,4 @@ def remove_attention_text(text: str, block: str | None = None) -> EditResult:
         result = remove_rows_text(text, name)
         text = result.text
         mapping = {old: result.index_map[new] for old, new in mapping.items() if new in result.index_map}
-    return EditResult(text, [], mapping)
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``: an
-    existing file is replaced only once the new one is complete."""
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise ConfigError(f"{target}: the folder {target.parent} does not exist; nothing was written")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; give it a normal file's mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return EditResult(text, [], mapping, [i for i in range(n_old) if i not in mapping])

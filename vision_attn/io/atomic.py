@@ -1,0 +1,113 @@
+"""Atomic writes: every file vision_attn writes goes to a temporary file in the target's own folder,
+which is then renamed over the target with ``os.replace`` (one step on the same file system).
+
+A reader sees the old file or the new one, never half of one; a failure (or a kill) leaves the old
+file and no temporary file. The finished file gets the mode an ordinary ``open(path, "w")`` would
+give it (``0o666`` less the umask; ``mkstemp`` makes private files). :func:`atomic_write` is the one
+place this happens; the other functions say what is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from vision_attn.errors import CheckpointError, ConfigError, VisionAttnError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["atomic_write", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
+           "write_onnx"]
+
+PathLike = str | os.PathLike
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: PathLike, write: Callable[[str], None], *, suffix: str = ".tmp", mkdir: bool = False,
+                 error: type[VisionAttnError] = ConfigError, sidecars: Sequence[str] = ()) -> Path:
+    """Call ``write(tmp)`` with a fresh temporary file beside ``path``, then rename it to ``path``.
+
+    ``mkdir``: create the folder when missing (otherwise ``error`` names the missing folder and nothing
+    is written); ``suffix``: the temporary file's ending (some writers choose the format by it);
+    ``sidecars``: endings of extra files a writer may leave beside the temporary one (removed)."""
+    path = Path(path)
+    folder = path.parent
+    if mkdir:
+        folder.mkdir(parents=True, exist_ok=True)
+    elif not folder.is_dir():
+        raise error(f"{path}: the folder {folder} does not exist; create it first (nothing was written)")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, *(tmp + s for s in sidecars)):
+            Path(leftover).unlink(missing_ok=True)
+    return path
+
+
+def write_bytes(path: PathLike, data: bytes, *, mkdir: bool = False) -> Path:
+    """``data`` to ``path``, atomically."""
+    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), mkdir=mkdir)
+
+
+def write_text(path: PathLike, text: str, *, mkdir: bool = False) -> Path:
+    """``text`` to ``path`` as UTF-8, atomically; line endings are written as given."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+
+    return atomic_write(path, write, mkdir=mkdir)
+
+
+def write_json(path: PathLike, obj: Any, *, mkdir: bool = False) -> Path:
+    """``obj`` as indented JSON (and a final newline), atomically."""
+    return write_text(path, json.dumps(obj, indent=2) + "\n", mkdir=mkdir)
+
+
+def write_yaml(path: PathLike, obj: Any, *, mkdir: bool = False) -> Path:
+    """``obj`` as block-style YAML in its own key order, atomically."""
+    import yaml
+
+    return write_text(path, yaml.safe_dump(obj, sort_keys=False, default_flow_style=False), mkdir=mkdir)
+
+
+def save_torch(obj: Any, path: PathLike, *, mkdir: bool = False) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically; a ``.safetensors`` path gets a safetensors file of the
+    (tensor) mapping ``obj``. A missing folder is a :class:`CheckpointError`."""
+    import torch
+
+    def write(tmp: str) -> None:
+        if Path(path).suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in obj.items()}, tmp)
+        else:
+            torch.save(obj, tmp)
+
+    return atomic_write(path, write, mkdir=mkdir, error=CheckpointError)
+
+
+def save_figure(fig: "Figure", path: PathLike, dpi: int = 110) -> Path:
+    """Render the matplotlib ``fig`` with Agg to ``path`` as PNG, atomically; the folder must exist."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png"),
+                        suffix=".tmp.png")
+
+
+def write_onnx(path: PathLike, write: Callable[[str], None]) -> Path:
+    """An ONNX file written by ``write(tmp)`` (an exporter or quantizer that takes a file name),
+    atomically; a ``.data`` file the writer leaves beside the temporary one is removed."""
+    return atomic_write(path, write, suffix=".tmp.onnx", sidecars=(".data",))
