@@ -492,6 +492,13 @@ class UltralyticsCheckpoint:
     def nc(self) -> int:
         return len(self.names) if self.names else int(self.yaml.get("nc", 80))
 
+    @property
+    def img_size(self) -> int:
+        """The training image size (``train_args["imgsz"]``; its largest side if a pair), else 640."""
+        size = self.train_args.get("imgsz", 640)
+        size = max(size) if isinstance(size, (list, tuple)) and size else size
+        return int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 640
+
 
 def _names(raw: Any, yaml: dict[str, Any], path: Path) -> list[str]:
     if raw is None:

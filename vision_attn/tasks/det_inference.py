@@ -19,6 +19,9 @@ from torch.utils.data import DataLoader
 from vision_attn.data.detection import DetectionDataset, DetectionRecord, DetectionStats, collate_detection
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.io.atomic import write_json
+from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint
+from vision_attn.models.yolo.builder import build_detector
+from vision_attn.models.yolo.from_ultralytics import detector_from_ultralytics
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.tasks.inference import image_paths, load_run_checkpoint, load_run_weights
 
@@ -36,10 +39,38 @@ class Detector:
     data_hparams: dict[str, Any]
 
 
-def load_detector(path: str | os.PathLike) -> Detector:
-    """The detector of a detection run's checkpoint (``runs/NAME/best.ckpt`` or the run folder)."""
-    from vision_attn.models.yolo import build_detector
+def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names: Sequence[str], img_size: int,
+                        scale: str | None = None, source: str = "checkpoint") -> dict[str, Any]:
+    """A detection checkpoint in the layout of a run's ``best.ckpt`` (what :func:`load_detector` and
+    ``model.pretrained`` read): the YAML's text, the class names, the image size and every tensor of
+    the model built from ``yaml_text``, those of ``state`` loaded (the rest, rows ``state`` lacks, at
+    their initialisation)."""
+    model = build_detector(yaml_text, scale=scale, num_classes=len(names))
+    own = model.state_dict()
+    unknown = [k for k in state if k not in own or tuple(own[k].shape) != tuple(state[k].shape)]
+    if unknown:
+        raise CheckpointError(f"{source}: {len(unknown)} tensor(s) do not fit the edited detector "
+                              f"({', '.join(unknown[:4])}); the YAML and the weights are of different models")
+    model.load_state_dict(state, strict=False)
+    return {"detector_yaml": yaml_text, "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "hyper_parameters": {"scale": model.scale, "num_classes": len(names), "class_names": list(names),
+                                 "source": source},
+            "datamodule_hyper_parameters": {"img_size": int(img_size)}}
 
+
+def _ultralytics_detector(path: Path) -> Detector:
+    loaded = detector_from_ultralytics(path)
+    ckpt = loaded.checkpoint
+    hp = {"scale": loaded.model.scale, "num_classes": ckpt.nc, "class_names": ckpt.names, "source": str(path),
+          "train_args": ckpt.train_args}
+    return Detector(loaded.model.eval(), ckpt.names, ckpt.img_size, hp, {"img_size": ckpt.img_size})
+
+
+def load_detector(path: str | os.PathLike) -> Detector:
+    """The detector of a detection run's checkpoint (``runs/NAME/best.ckpt`` or the run folder), of a
+    :func:`detector_checkpoint` file, or of an ultralytics ``.pt`` (read without ultralytics)."""
+    if is_ultralytics_checkpoint(path):
+        return _ultralytics_detector(Path(path))
     ckpt, p = load_run_checkpoint(path)
     if not isinstance(ckpt, dict) or "detector_yaml" not in ckpt or "state_dict" not in ckpt:
         if isinstance(ckpt, dict) and "name" in ckpt.get("hyper_parameters", {}):

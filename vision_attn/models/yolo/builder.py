@@ -3,7 +3,9 @@
 Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
-inputs' channels; attention rows take the channels of their input; a Backbone row reports the
+inputs' channels; attention rows take the channels of their input (with ``{zero_init: true}`` in their
+arguments they start as the exact identity: :class:`~vision_attn.layers.plugins.IdentityBlend`, keys
+``model.N.block.*`` and ``model.N.scale``); a Backbone row reports the
 channels of its list of maps and an Index row those of the map it picks. At scales m, l and x, C3k2's
 ``c3k`` flag is forced on. Detect's class branch is the YOLOv8 form unless the YAML has a C3k2 row.
 """
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.plugins import IdentityBlend
 from vision_attn.models.yolo.blocks import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
@@ -197,6 +200,10 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             c2 = 0
         elif spec_m.kind == "attention":
             kwargs = _attention_kwargs(row, args, label)
+            identity_start = kwargs.pop("zero_init", False)
+            if not isinstance(identity_start, bool):
+                raise ConfigError(f"{label}: row {row.index} field 'args': zero_init: {identity_start!r} must be "
+                                  "true or false")
             args = [c1]
             c2 = c1
         elif spec_m.kind == "backbone":
@@ -208,6 +215,8 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
         if spec_m.kind in ("backbone", "index") and row.repeats != 1:
             raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
+        if spec_m.kind == "attention" and identity_start:
+            modules = [IdentityBlend(m) for m in modules]
         if spec_m.kind == "backbone":
             c2 = list(modules[0].channels)
         layer = modules[0] if n == 1 else nn.Sequential(*modules)

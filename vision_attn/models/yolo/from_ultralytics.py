@@ -7,13 +7,21 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
 import torch
+import yaml
 
-from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint, read_ultralytics_checkpoint
+from vision_attn.errors import ConfigError
+from vision_attn.io.state_dict import StateDict, read_checkpoint, read_state_dict
+from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint, is_ultralytics_checkpoint, read_ultralytics_checkpoint
 from vision_attn.models.yolo.builder import DetectionModel, build_detector
 
-__all__ = ["LoadedDetector", "detector_from_ultralytics", "class_layer_keys"]
+__all__ = ["LoadedDetector", "YamlSource", "detector_from_ultralytics", "class_layer_keys", "pretrained_yaml",
+           "yaml_text"]
+
+_DROPPED = ("yaml_file",)  # where ultralytics read the YAML from: a path on the training machine
 
 
 @dataclass
@@ -46,3 +54,70 @@ def detector_from_ultralytics(source: str | os.PathLike | UltralyticsCheckpoint,
                       f"{len(state)} of {len(own)} tensors; the class outputs ({', '.join(refit)}) start from "
                       f"their initialisation and need training", stacklevel=2)
     return LoadedDetector(model, ckpt, refit)
+
+
+def yaml_text(model_dict: Mapping[str, Any], source: str = "") -> str:
+    """The model dict an ultralytics checkpoint carries, as a detector YAML that the editor and the
+    builder read: the top-level keys first, then ``backbone`` and ``head`` with one row a line."""
+    head = {k: v for k, v in model_dict.items() if k not in ("backbone", "head", *_DROPPED)}
+    lines = [f"# the model of {source} (ultralytics checkpoint)\n"] if source else []
+    lines.append(yaml.safe_dump(head, sort_keys=False, default_flow_style=None))
+    for section in ("backbone", "head"):
+        lines.append(f"{section}:\n")
+        for row in model_dict.get(section) or []:
+            lines.append(f"  - {yaml.safe_dump(list(row), default_flow_style=True, width=10_000).strip()}\n")
+    return "".join(lines)
+
+
+@dataclass
+class YamlSource:
+    """The detector YAML a command edits or describes, and the checkpoint that came with it: ``text``;
+    ``spec`` (the file, whose name may carry the scale, or the text) for the builder; the checkpoint's
+    path and, for an ultralytics .pt, what it holds."""
+
+    text: str
+    label: str
+    spec: str | Path
+    checkpoint_path: str | None = None
+    ultralytics: UltralyticsCheckpoint | None = None
+
+    @classmethod
+    def resolve(cls, file: str | None, checkpoint: str | None = None) -> YamlSource:
+        """``file``: a YAML or an ultralytics .pt (its YAML; it is the checkpoint too unless ``checkpoint``
+        is given); without ``file`` the YAML inside ``checkpoint`` (an ultralytics .pt)."""
+        if checkpoint is not None and not Path(checkpoint).is_file():
+            raise ConfigError(f"--checkpoint {checkpoint}: no such file")
+        file_is_pt = file is not None and is_ultralytics_checkpoint(file)
+        ckpt_path = checkpoint or (file if file_is_pt else None)
+        ultra = read_ultralytics_checkpoint(ckpt_path) if ckpt_path and is_ultralytics_checkpoint(ckpt_path) else None
+        if file is None:
+            if ultra is None:
+                raise ConfigError("give a detector YAML (e.g. configs/detect/yolov8.yaml), or --checkpoint with an "
+                                  "ultralytics .pt whose model YAML is then used")
+            text = yaml_text(ultra.yaml, str(ckpt_path))
+            return cls(text, str(ckpt_path), text, ckpt_path, ultra)
+        if file_is_pt:
+            model = ultra if ultra is not None and Path(file) == Path(ckpt_path) else read_ultralytics_checkpoint(file)
+            text = yaml_text(model.yaml, file)
+            return cls(text, file, text, ckpt_path, ultra)
+        if not Path(file).is_file():
+            raise ConfigError(f"{file}: no such YAML file")
+        return cls(Path(file).read_text(encoding="utf-8"), file, Path(file), ckpt_path, ultra)
+
+    def weights(self) -> StateDict | None:
+        """The checkpoint's state dict (None without one)."""
+        if self.ultralytics is not None:
+            return self.ultralytics.state_dict
+        return read_state_dict(self.checkpoint_path) if self.checkpoint_path else None
+
+
+def pretrained_yaml(path: str | os.PathLike) -> str | None:
+    """The detector YAML a checkpoint carries: an ultralytics .pt's model dict as text, a detection
+    checkpoint's ``detector_yaml``; None for a plain state dict."""
+    if is_ultralytics_checkpoint(path):
+        return yaml_text(read_ultralytics_checkpoint(path).yaml, str(path))
+    if not Path(path).is_file():
+        return None
+    obj = read_checkpoint(path)
+    text = obj.get("detector_yaml") if isinstance(obj, dict) else None
+    return text if isinstance(text, str) else None
