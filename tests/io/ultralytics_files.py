@@ -27,8 +27,10 @@ def randomise(model: torch.nn.Module, seed: int = 0) -> None:
                 value.copy_(torch.rand(value.shape, generator=g) * 0.2 + low)
 
 
-def save_like_trainer(yaml_name: str, folder: Path, nc: int = 3, seed: int = 0) -> tuple[Path, Path]:
-    """Write ``folder/last.pt`` and ``folder/best.pt`` for ultralytics' ``yaml_name`` (e.g. yolov8n.yaml)."""
+def save_like_trainer(yaml_name: str, folder: Path, nc: int = 3, seed: int = 0,
+                      names: list[str] | None = None, imgsz: int = 64) -> tuple[Path, Path]:
+    """Write ``folder/last.pt`` and ``folder/best.pt`` for ultralytics' ``yaml_name`` (e.g. yolov8n.yaml);
+    class names ``names`` (default class0, class1, ...), training size ``imgsz``."""
     tasks = import_ultralytics("ultralytics.nn.tasks")
     trainer = import_ultralytics("ultralytics.engine.trainer")
     torch_utils = import_ultralytics("ultralytics.utils.torch_utils")
@@ -36,8 +38,8 @@ def save_like_trainer(yaml_name: str, folder: Path, nc: int = 3, seed: int = 0) 
     torch.manual_seed(seed)
     model = tasks.DetectionModel(yaml_name, nc=nc, verbose=False)
     randomise(model, seed)
-    model.names = {i: f"class{i}" for i in range(nc)}
-    model.args = cfg.get_cfg(overrides={"data": "data.yaml", "imgsz": 64})
+    model.names = dict(enumerate(names or [f"class{i}" for i in range(nc)]))
+    model.args = cfg.get_cfg(overrides={"data": "data.yaml", "imgsz": imgsz})
     folder.mkdir(parents=True, exist_ok=True)
     state = SimpleNamespace(
         ema=torch_utils.ModelEMA(model), model=model, epoch=0, best_fitness=0.5, fitness=0.5,

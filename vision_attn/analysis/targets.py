@@ -4,8 +4,9 @@ checkpoint, resolved to an ``nn.Module`` (on the ``meta`` device by default: no 
 Resolution order: an existing ``.yaml``/``.yml`` file is a detector YAML (built with
 :func:`vision_attn.build_detector`, counted at 640 px by default); an existing file or folder is a run's
 checkpoint (``runs/NAME`` or its ``best.ckpt``/``last.ckpt``, read with ``weights_only=True``), whose
-hyper-parameters name the model (a registered name, or a YAML for detection runs); anything else must
-be a registered model name. A target that is none of these raises :class:`ConfigError` saying what
+hyper-parameters name the model (a registered name, or a YAML for detection runs), or a detection
+checkpoint carrying its YAML, or an ultralytics ``.pt`` (its model YAML; read without ultralytics);
+anything else must be a registered model name. A target that is none of these raises :class:`ConfigError` saying what
 was tried, with close model names.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint, read_ultralytics_checkpoint
 
 __all__ = ["Target", "load_target", "YAML_SUFFIXES", "DETECTOR_IMG_SIZE"]
 
@@ -46,7 +48,7 @@ def _is_yaml_name(value: Any) -> bool:
     return isinstance(value, str) and value.lower().endswith(YAML_SUFFIXES)
 
 
-def _build_yaml(path: str, scale: str | None, num_classes: int | None, device: str | torch.device) -> nn.Module:
+def _build_yaml(path: str | dict[str, Any], scale: str | None, num_classes: int | None, device: str | torch.device) -> nn.Module:
     from vision_attn.models.yolo import build_detector
 
     with torch.device(device):
@@ -61,6 +63,10 @@ def _from_checkpoint(path: Path, scale: str | None, device: str | torch.device) 
             raise CheckpointError(f"{path}: a folder without best.ckpt or last.ckpt; give a run folder "
                                   "(runs/NAME) or a checkpoint file")
         path = found[0]
+    if is_ultralytics_checkpoint(path):  # read without ultralytics; the architecture is its YAML dict
+        pt = read_ultralytics_checkpoint(path)
+        model = _build_yaml(pt.yaml, scale, pt.nc, device)
+        return Target(model, f"{path.name} (ultralytics)", "checkpoint", pt.img_size, {"train_args": pt.train_args})
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is one error line
@@ -77,6 +83,11 @@ def _from_checkpoint(path: Path, scale: str | None, device: str | torch.device) 
         data_hp = ckpt.get("datamodule_hyper_parameters") or {}
         size = hp.get("img_size") or (data_hp.get("img_size") if isinstance(data_hp, dict) else None)
         return Target(model, f"{path.parent.name}/{path.name}", "checkpoint", size or DETECTOR_IMG_SIZE, hp)
+    if isinstance(ckpt, dict) and isinstance(ckpt.get("detector_yaml"), str):  # e.g. from `yaml insert --checkpoint`
+        model = _build_yaml(ckpt["detector_yaml"], hp.get("scale", scale), hp.get("num_classes"), device)
+        data_hp = ckpt.get("datamodule_hyper_parameters") or {}
+        size = data_hp.get("img_size") if isinstance(data_hp, dict) else None
+        return Target(model, path.name, "checkpoint", size or DETECTOR_IMG_SIZE, hp)
     if "name" not in hp:
         raise CheckpointError(f"{path}: a checkpoint without a model name in its hyper-parameters (not a "
                               "vision_attn run); for plain weights use the model name and create_model(name, "

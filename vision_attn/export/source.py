@@ -7,6 +7,8 @@ input size it is exported at and how a real image is prepared for it.
 - ``checkpoint=RUN`` alone: a classification run's ``best.ckpt``/``last.ckpt`` (or its folder), with
   its own image size and normalisation (:func:`vision_attn.tasks.inference.load_classifier`).
 - ``yaml=FILE``: :func:`vision_attn.build_detector`; with ``checkpoint`` a state dict loaded strictly.
+- ``checkpoint=FILE`` alone that carries a detector YAML: an ultralytics ``.pt`` (read without
+  ultralytics) or the detection checkpoint ``yaml insert --checkpoint`` writes, at its training size.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint
+from vision_attn.models.yolo.from_ultralytics import pretrained_yaml
 
 __all__ = ["Deployable", "load_deployable", "IMAGENET_MEAN", "IMAGENET_STD", "DETECTOR_SIZE"]
 
@@ -87,6 +91,15 @@ def _run_classifier(checkpoint: str, size: tuple[int, int] | None) -> Deployable
                       transform=clf.transform if size is None or size == run_size else None, classes=clf.classes)
 
 
+def _run_detector(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
+    """A detection checkpoint that carries its YAML (an ultralytics ``.pt``, ``yaml insert``'s output)."""
+    from vision_attn.tasks.det_inference import load_detector
+
+    det = load_detector(checkpoint)
+    return Deployable(det.model, "detector", size or (det.img_size, det.img_size), f"{checkpoint} (detector)",
+                      classes=det.names)
+
+
 def _detector(yaml: str, scale: str | None, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:
     import vision_attn
     from vision_attn.models.checkpoint import read_state_dict
@@ -141,4 +154,6 @@ def load_deployable(*, model: str | None = None, checkpoint: str | None = None, 
             return _detector(yaml, scale, checkpoint, size)
         if model is not None:
             return _classifier(model, checkpoint, size)
+        if is_ultralytics_checkpoint(checkpoint) or pretrained_yaml(checkpoint) is not None:
+            return _run_detector(checkpoint, size)  # type: ignore[arg-type]
         return _run_classifier(checkpoint, size)  # type: ignore[arg-type]

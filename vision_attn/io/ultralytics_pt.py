@@ -7,8 +7,10 @@ first ultralytics class and a plain ``torch.load`` imports ultralytics and calls
 names. :class:`RestrictedUnpickler` instead resolves every global the pickle names against a fixed
 table:
 
-- tensors, parameters and storages are rebuilt as views on one private memory map of the file (a
-  100 MB file is not read into a buffer and then copied into tensors);
+- tensors, parameters and storages are rebuilt lazily: a tensor's bytes are read from its storage
+  record (into memory of its own, converted to float32 by numpy) only when it is used, so the
+  optimizer state and the model that is not chosen are never read and a 100 MB file is never held
+  in memory beside the tensors made from it;
 - plain data (dict, list, tuple, set, OrderedDict, numbers, strings, bytes, dates, pure paths,
   numpy scalars and dtypes, torch dtypes, sizes and devices) is rebuilt as itself;
 - any ``ultralytics.*`` class and any ``torch.nn`` module class becomes an inert :class:`ObjectRecord`
@@ -45,8 +47,8 @@ from torch import nn
 
 from vision_attn.errors import CheckpointError
 
-__all__ = ["ObjectRecord", "RestrictedUnpickler", "UltralyticsCheckpoint", "is_ultralytics_checkpoint",
-           "load_restricted", "module_state_dict", "read_ultralytics_checkpoint"]
+__all__ = ["LazyTensor", "ObjectRecord", "RestrictedUnpickler", "UltralyticsCheckpoint", "is_ultralytics_checkpoint",
+           "load_restricted", "materialise", "module_state_dict", "read_ultralytics_checkpoint", "to_plain"]
 
 _STORAGE_DTYPES = {
     "DoubleStorage": torch.float64, "FloatStorage": torch.float32, "HalfStorage": torch.float16,
@@ -69,12 +71,49 @@ class _StorageType:
     dtype: torch.dtype
 
 
-@dataclass(frozen=True, slots=True)
 class _Storage:
-    """One storage record of the file: raw bytes (a view on the memory map) and their element type."""
+    """One storage record of the file, not read yet: its key, element type and element count."""
 
-    data: torch.UntypedStorage
-    dtype: torch.dtype
+    __slots__ = ("file", "key", "dtype", "numel")
+
+    def __init__(self, file: _StorageFile, key: str, dtype: torch.dtype, numel: int) -> None:
+        self.file, self.key, self.dtype, self.numel = file, key, dtype, numel
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError("the pickle sets the state of a storage")
+
+
+class LazyTensor:
+    """A tensor of the file, read only when :meth:`materialise` is called: the bytes of its storage
+    record are read into memory of its own (no mapping of the whole file, nothing read twice), so the
+    tensors nobody asks for (the optimizer state, the model that is not chosen) are never read."""
+
+    __slots__ = ("storage", "offset", "size", "stride")
+
+    def __init__(self, storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> None:
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError("the pickle sets the state of a tensor")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.storage.dtype
+
+    def materialise(self, float32: bool = False) -> torch.Tensor:
+        """The tensor (``float32``: floating tensors converted to float32, by numpy, not torch's threads)."""
+        raw = self.storage.file.read(self.storage)
+        t = raw.view(self.dtype).as_strided(self.size, self.stride, self.offset)
+        if float32 and t.is_floating_point() and t.dtype != torch.float32:
+            if t.dtype in (torch.float16, torch.float64):
+                return torch.from_numpy(t.numpy().astype(np.float32))
+            return t.float()
+        if t.numel() != self.storage.numel:
+            t = t.clone()  # a view on part of a storage: do not keep the rest alive
+        return t
+
+    def __repr__(self) -> str:
+        return f"LazyTensor({self.dtype}, {tuple(self.size)})"
 
 
 class _Callable:
@@ -155,26 +194,27 @@ def _record_class(dotted: str) -> type[ObjectRecord]:
 
 
 def _rebuild_tensor(storage: _Storage, offset: int, size: tuple, stride: tuple,
-                    requires_grad: bool = False, hooks: Any = None, metadata: Any = None) -> torch.Tensor:
+                    requires_grad: bool = False, hooks: Any = None, metadata: Any = None) -> LazyTensor:
     if not isinstance(storage, _Storage):
         raise pickle.UnpicklingError(f"a tensor is rebuilt from {type(storage).__name__}, not a storage record")
     if hooks:
         raise pickle.UnpicklingError("a tensor carries backward hooks")
-    t = torch.empty((0,), dtype=storage.dtype)
-    try:
-        t.set_(storage.data, int(offset), torch.Size(size), tuple(stride))
-    except (RuntimeError, TypeError) as e:
-        raise pickle.UnpicklingError(f"a tensor does not fit its storage ({e})") from None
-    return t
+    ints = (offset, *size, *stride) if isinstance(size, tuple) and isinstance(stride, tuple) else (None,)
+    if len(size) != len(stride) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
+        raise pickle.UnpicklingError("a tensor with a malformed offset, size or stride")
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else -1
+    if last >= storage.numel:
+        raise pickle.UnpicklingError(f"a tensor of size {tuple(size)} runs past its storage of {storage.numel} elements")
+    return LazyTensor(storage, offset, torch.Size(size), tuple(stride))
 
 
-def _rebuild_parameter(data: torch.Tensor, requires_grad: bool, hooks: Any, state: Any = None) -> torch.Tensor:
-    if not isinstance(data, torch.Tensor) or hooks:
+def _rebuild_parameter(data: LazyTensor, requires_grad: bool, hooks: Any, state: Any = None) -> LazyTensor:
+    if not isinstance(data, LazyTensor) or hooks:
         raise pickle.UnpicklingError("a parameter is rebuilt from something other than a plain tensor")
     return data  # a record keeps tensors; whether it was a Parameter does not matter to a state dict
 
 
-def _rebuild_from_type(func: Any, new_type: Any, args: tuple, state: Any) -> torch.Tensor:
+def _rebuild_from_type(func: Any, new_type: Any, args: tuple, state: Any) -> LazyTensor:
     if func not in (_ALLOWED["torch._utils._rebuild_tensor_v2"], _ALLOWED["torch._utils._rebuild_parameter"]):
         raise pickle.UnpicklingError("a tensor subclass is rebuilt by a function other than torch's tensor rebuild")
     if new_type is not _TENSOR_TYPE:
@@ -279,40 +319,34 @@ def _torch_nn_module_class(module: str, name: str) -> bool:
 
 
 class _StorageFile:
-    """The storage records of a torch zip file, as views on one private memory map of the file."""
+    """The storage records of a torch zip file, read one at a time from an open file when asked for."""
 
     def __init__(self, path: Path, archive: zipfile.ZipFile, prefix: str) -> None:
         self.path = path
         self.archive = archive
         self.prefix = prefix
-        self._mapped: torch.UntypedStorage | None = None
-        self._loaded: dict[str, _Storage] = {}
-        order = archive.read(f"{prefix}byteorder") if f"{prefix}byteorder" in archive.namelist() else b"little"
+        self.handle: io.BufferedReader | None = None
+        self._storages: dict[str, _Storage] = {}
+        names = set(archive.namelist())
+        order = archive.read(f"{prefix}byteorder") if f"{prefix}byteorder" in names else b"little"
         if order not in (b"little", b"big"):
             raise CheckpointError(f"{path}: unknown byte order {order[:16]!r} in the checkpoint")
         self.swap = order.decode() != sys.byteorder
 
-    def _map(self) -> torch.UntypedStorage:
-        if self._mapped is None:
-            size = self.path.stat().st_size
-            self._mapped = torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
-        return self._mapped
+    def __enter__(self) -> _StorageFile:
+        self.handle = self.path.open("rb")
+        return self
 
-    def _data_range(self, info: zipfile.ZipInfo) -> tuple[int, int]:
-        with self.path.open("rb") as f:
-            f.seek(info.header_offset)
-            header = f.read(30)
-        if len(header) < 30 or header[:4] != b"PK\x03\x04":
-            raise CheckpointError(f"{self.path}: the zip entry {info.filename} is damaged; save the file again")
-        name_len, extra_len = struct.unpack("<HH", header[26:30])
-        start = info.header_offset + 30 + name_len + extra_len
-        return start, start + info.file_size
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
 
     def storage(self, key: Any, dtype: torch.dtype, numel: Any) -> _Storage:
         if not isinstance(key, str) or not key.isalnum() or not isinstance(numel, int) or numel < 0:
             raise pickle.UnpicklingError(f"a storage reference {key!r} that names no storage record")
-        if key in self._loaded:
-            return self._loaded[key]
+        if key in self._storages:
+            return self._storages[key]
         name = f"{self.prefix}data/{key}"
         try:
             info = self.archive.getinfo(name)
@@ -322,18 +356,31 @@ class _StorageFile:
         if nbytes > info.file_size:
             raise pickle.UnpicklingError(f"the storage record {name} holds {info.file_size} bytes, "
                                          f"the pickle asks for {nbytes}")
+        self._storages[key] = _Storage(self, key, dtype, numel)
+        return self._storages[key]
+
+    def read(self, storage: _Storage) -> torch.Tensor:
+        """The bytes of ``storage``'s record, in a uint8 tensor of their own."""
+        if self.handle is None:
+            raise CheckpointError(f"{self.path}: a tensor is read after the file was closed")
+        info = self.archive.getinfo(f"{self.prefix}data/{storage.key}")
+        nbytes = storage.numel * torch.empty((), dtype=storage.dtype).element_size()
+        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8)[:nbytes]
         if info.compress_type == zipfile.ZIP_STORED:
-            start, _ = self._data_range(info)
-            untyped = self._map()[start:start + nbytes]
-        else:  # re-zipped with compression: no mapping possible, read this record alone
-            untyped = torch.frombuffer(bytearray(self.archive.read(name)[:nbytes]) or bytearray(1),
-                                       dtype=torch.uint8).untyped_storage()[:nbytes]
-        if self.swap:
-            untyped = untyped.clone()
-            untyped.byteswap(dtype)
-        storage = _Storage(untyped, dtype)
-        self._loaded[key] = storage
-        return storage
+            self.handle.seek(info.header_offset)
+            header = self.handle.read(30)
+            if len(header) < 30 or header[:4] != b"PK\x03\x04":
+                raise CheckpointError(f"{self.path}: the zip entry {info.filename} is damaged; save the file again")
+            name_len, extra_len = struct.unpack("<HH", header[26:30])
+            self.handle.seek(info.header_offset + 30 + name_len + extra_len)
+            if self.handle.readinto(memoryview(buffer.numpy())) != nbytes:
+                raise CheckpointError(f"{self.path}: the file ends inside {info.filename}; it is truncated")
+        else:  # re-zipped with compression
+            buffer.copy_(torch.frombuffer(bytearray(self.archive.read(info.filename)[:nbytes]), dtype=torch.uint8))
+        if self.swap and storage.dtype.itemsize > 1:
+            buffer = torch.from_numpy(buffer.numpy().view(f">u{storage.dtype.itemsize}").byteswap()
+                                      .view(np.uint8).copy())
+        return buffer
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -393,23 +440,47 @@ def _open_archive(path: Path) -> tuple[zipfile.ZipFile, str]:
     return archive, pickles[0][: -len("data.pkl")]
 
 
-def load_restricted(path: str | Path) -> Any:
-    """The object a torch zip checkpoint holds, rebuilt by :class:`RestrictedUnpickler` (tensors as views
-    on a private memory map; allowed classes as :class:`ObjectRecord`). Raises :class:`CheckpointError`."""
-    path = Path(path)
+def _unpickle(path: Path, storages: _StorageFile, data: bytes) -> Any:
+    unpickler = RestrictedUnpickler(io.BytesIO(data), storages, str(path))
+    try:
+        return unpickler.load()
+    except CheckpointError:
+        raise
+    except (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError, IndexError, KeyError,
+            struct.error, RecursionError) as e:
+        raise CheckpointError(f"{path}: refused to load: the pickle is damaged or builds something other than "
+                              f"plain data, tensors and module records ({type(e).__name__}: "
+                              f"{str(e)[:200]}); nothing from the file was run") from None
+
+
+def _open_pickle(path: Path) -> tuple[_StorageFile, bytes]:
     archive, prefix = _open_archive(path)
-    with archive:
-        data = archive.read(f"{prefix}data.pkl")
-        unpickler = RestrictedUnpickler(io.BytesIO(data), _StorageFile(path, archive, prefix), str(path))
-        try:
-            return unpickler.load()
-        except CheckpointError:
-            raise
-        except (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError, IndexError, KeyError,
-                struct.error, RecursionError) as e:
-            raise CheckpointError(f"{path}: refused to load: the pickle is damaged or builds something other than "
-                                  f"plain data, tensors and module records ({type(e).__name__}: "
-                                  f"{str(e)[:200]}); nothing from the file was run") from None
+    return _StorageFile(path, archive, prefix), archive.read(f"{prefix}data.pkl")
+
+
+def materialise(value: Any, float32: bool = False) -> Any:
+    """``value`` with every :class:`LazyTensor` read (in containers and records too)."""
+    if isinstance(value, LazyTensor):
+        return value.materialise(float32)
+    if isinstance(value, ObjectRecord):
+        value.state.update({k: materialise(v, float32) for k, v in value.state.items()})
+        return value
+    if isinstance(value, dict):
+        out = type(value)() if isinstance(value, collections.OrderedDict) else {}
+        out.update((k, materialise(v, float32)) for k, v in value.items())
+        return out
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(materialise(v, float32) for v in value)
+    return value
+
+
+def load_restricted(path: str | Path) -> Any:
+    """The object a torch zip checkpoint holds, rebuilt by :class:`RestrictedUnpickler`: tensors read
+    into memory of their own, allowed classes as :class:`ObjectRecord`. Raises :class:`CheckpointError`."""
+    path = Path(path)
+    storages, data = _open_pickle(path)
+    with storages.archive, storages:
+        return materialise(_unpickle(path, storages, data))
 
 
 def is_ultralytics_checkpoint(path: str | Path) -> bool:
@@ -432,9 +503,9 @@ def is_ultralytics_checkpoint(path: str | Path) -> bool:
         return False
 
 
-def module_state_dict(record: ObjectRecord, prefix: str = "") -> dict[str, torch.Tensor]:
+def module_state_dict(record: ObjectRecord, prefix: str = "", float32: bool = False) -> dict[str, torch.Tensor]:
     """A module record's state dict, as ``nn.Module.state_dict()`` orders it: parameters, persistent
-    buffers, then children; entries that are None are left out."""
+    buffers, then children; entries that are None are left out (``float32``: floating tensors as float32)."""
     if not record.is_module:
         raise CheckpointError(f"{record.global_name} is not a module (no parameters and children)")
     out: dict[str, torch.Tensor] = {}
@@ -443,20 +514,22 @@ def module_state_dict(record: ObjectRecord, prefix: str = "") -> dict[str, torch
         for name, value in (record.state.get(table) or {}).items():
             if value is None or (table == "_buffers" and name in skip):
                 continue
-            if not isinstance(value, torch.Tensor):
+            if not isinstance(value, (torch.Tensor, LazyTensor)):
                 raise CheckpointError(f"{record.global_name}: {prefix}{name} is {type(value).__name__}, not a tensor")
-            out[prefix + name] = value
+            out[prefix + name] = materialise(value, float32)
     for name, child in record.children.items():
         if child is None:
             continue
         if not isinstance(child, ObjectRecord):
             raise CheckpointError(f"{record.global_name}: child {prefix}{name} is {type(child).__name__}")
-        out.update(module_state_dict(child, f"{prefix}{name}."))
+        out.update(module_state_dict(child, f"{prefix}{name}.", float32))
     return out
 
 
 def to_plain(value: Any) -> Any:
     """Records of namespaces become dicts, numpy scalars numbers, paths strings; containers recursed."""
+    if isinstance(value, LazyTensor):
+        return value.materialise()
     if isinstance(value, ObjectRecord):
         if value.is_module:
             return value
@@ -521,32 +594,36 @@ _SKIPPED = ("model", "ema", "optimizer", "scaler", "modelopt")
 def read_ultralytics_checkpoint(path: str | Path) -> UltralyticsCheckpoint:
     """Read an ultralytics ``.pt`` (best.pt, last.pt, yolov8n.pt, ...) safely: see the module docstring.
 
-    Floating tensors come back as float32 (ultralytics saves half precision); a file without an
-    ultralytics model under ``ema`` or ``model`` raises :class:`CheckpointError`.
+    Floating tensors come back as float32 (ultralytics saves half precision); only the chosen model's
+    tensors are read from the file. A file without an ultralytics model under ``ema`` or ``model``
+    raises :class:`CheckpointError`.
     """
     path = Path(path)
-    top = load_restricted(path)
-    if not isinstance(top, Mapping):
-        raise CheckpointError(f"{path}: holds {type(top).__name__}, not an ultralytics checkpoint dict")
-    source = next((k for k in ("ema", "model") if isinstance(top.get(k), ObjectRecord)), None)
-    if source is None:
-        raise CheckpointError(f"{path}: no ultralytics model under 'ema' or 'model' (keys {list(top)[:8]}); "
-                              f"not an ultralytics checkpoint")
-    record: ObjectRecord = top[source]
-    if not record.is_module:
-        raise CheckpointError(f"{path}: '{source}' holds {record.global_name}, which is not a module")
-    attrs = record.attributes
-    yaml = to_plain(attrs.get("yaml"))
-    if not isinstance(yaml, dict) or "backbone" not in yaml:
-        raise CheckpointError(f"{path}: the model under '{source}' carries no YAML dict with a 'backbone'; "
-                              f"vision_attn builds the network from it")
-    state = {k: (v.float() if v.is_floating_point() else v) for k, v in module_state_dict(record).items()}
-    args = top.get("train_args") if top.get("train_args") is not None else attrs.get("args")
-    train_args = to_plain(args) if args is not None else {}
-    if not isinstance(train_args, dict):
-        raise CheckpointError(f"{path}: 'train_args' is {type(train_args).__name__}, not a mapping")
-    stride = attrs.get("stride")
-    info = {k: to_plain(v) for k, v in top.items() if k not in _SKIPPED and k != "train_args"}
-    info["stride"] = stride.tolist() if isinstance(stride, torch.Tensor) else to_plain(stride)
-    return UltralyticsCheckpoint(path=path, state_dict=state, yaml=yaml, names=_names(attrs.get("names"), yaml, path),
-                                 train_args=train_args, source=source, model_class=record.global_name, info=info)
+    storages, data = _open_pickle(path)
+    with storages.archive, storages:
+        top = _unpickle(path, storages, data)
+        if not isinstance(top, Mapping):
+            raise CheckpointError(f"{path}: holds {type(top).__name__}, not an ultralytics checkpoint dict")
+        source = next((k for k in ("ema", "model") if isinstance(top.get(k), ObjectRecord)), None)
+        if source is None:
+            raise CheckpointError(f"{path}: no ultralytics model under 'ema' or 'model' (keys {list(top)[:8]}); "
+                                  f"not an ultralytics checkpoint")
+        record: ObjectRecord = top[source]
+        if not record.is_module:
+            raise CheckpointError(f"{path}: '{source}' holds {record.global_name}, which is not a module")
+        attrs = record.attributes
+        yaml = to_plain(attrs.get("yaml"))
+        if not isinstance(yaml, dict) or "backbone" not in yaml:
+            raise CheckpointError(f"{path}: the model under '{source}' carries no YAML dict with a 'backbone'; "
+                                  f"vision_attn builds the network from it")
+        state = module_state_dict(record, float32=True)
+        args = top.get("train_args") if top.get("train_args") is not None else attrs.get("args")
+        train_args = to_plain(args) if args is not None else {}
+        if not isinstance(train_args, dict):
+            raise CheckpointError(f"{path}: 'train_args' is {type(train_args).__name__}, not a mapping")
+        stride = to_plain(attrs.get("stride"))
+        info = {k: to_plain(v) for k, v in top.items() if k not in _SKIPPED and k != "train_args"}
+        info["stride"] = stride.tolist() if isinstance(stride, torch.Tensor) else stride
+        names = _names(attrs.get("names"), yaml, path)
+    return UltralyticsCheckpoint(path=path, state_dict=state, yaml=yaml, names=names, train_args=train_args,
+                                 source=source, model_class=record.global_name, info=info)
