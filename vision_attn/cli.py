@@ -283,14 +283,11 @@ def _parse_at(value: str | None) -> list[int] | None:
 
 
 def _parse_block_args(value: str | None) -> list[Any] | None:
-    import yaml
+    from vision_attn.io.yaml import load_yaml
 
     if value is None:
         return None
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--args {value!r}: not valid YAML ({' '.join(str(e).split())})") from None
+    loaded = load_yaml(value, f"--args {value!r}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"--args {value!r}: must be a mapping of keyword arguments, e.g. '{{reduction: 8}}'")
     return [loaded]
@@ -308,7 +305,7 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
 
     from vision_attn.analysis.yaml_info import compare_yaml
     from vision_attn.io.atomic import save_torch, write_text
-    from vision_attn.models.yolo import insert_attention_text, remove_attention_text
+    from vision_attn.models.yolo import check_builds, insert_attention_text, remove_attention_text
     from vision_attn.models.yolo.transfer import transfer_weights
     from vision_attn.tasks.det_inference import detector_checkpoint
 
@@ -322,6 +319,7 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
                               "nothing was written")
     text = source.text
+    check_builds(text, source.label)
     if args.action == "insert":
         if not args.block:
             raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
@@ -329,12 +327,14 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         if source.checkpoint_path and args.identity_init:
             block_args = [{**(block_args[0] if block_args else {}), "zero_init": True}]
         result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
-                                       section=args.section, args=block_args)
+                                       section=args.section, args=block_args, source=source.label)
         what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
                 if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
     else:
-        result = remove_attention_text(text, args.block)
+        result = remove_attention_text(text, args.block, source=source.label)
         what = f"removed {len(result.removed)} row(s)" if result.removed else "nothing to remove"
+    check_builds(result.text, args.output or f"{source.label} (edited)", stage="output")
+
     if args.dry_run:
         diff = difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
                                     fromfile=source.label, tofile=args.output or f"{source.label} (edited)")

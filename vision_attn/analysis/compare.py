@@ -9,7 +9,6 @@ batch 1 with random weights of the same architecture (the weights do not change 
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure
+from vision_attn.io.json import read_json
 
 __all__ = ["CompareRow", "METRIC_KEYS", "compare", "pareto_front", "plot_compare", "read_run_metrics"]
 
@@ -64,10 +64,7 @@ def read_run_metrics(run: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise DataError(f"{run}: no metrics.json in this run folder (the run has not finished, or this is not a "
                         "run folder); finish or resume the training, or give a model name instead")
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON ({e}); the run's metrics file is damaged") from None
+    metrics = read_json(path, what="the run's metrics file", max_bytes=64 << 20)
     if not isinstance(metrics, dict):
         raise DataError(f"{path}: expected a JSON object of metrics")
     return metrics

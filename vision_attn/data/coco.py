@@ -10,7 +10,6 @@ as negatives (see ``dataset.stats``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +23,7 @@ from vision_attn.data.detection import (
     clip_boxes,
 )
 from vision_attn.errors import DataError
+from vision_attn.io.json import read_json
 
 __all__ = ["CocoDetection"]
 
@@ -51,10 +51,7 @@ class CocoDetection(DetectionDataset):
         file = self.annotations_file
         if not file.is_file():
             raise DataError(f"annotations file {file}: no such file; give a COCO instances json")
-        try:
-            doc = json.loads(file.read_text())
-        except json.JSONDecodeError as e:
-            raise DataError(f"{file}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        doc = read_json(file, what="annotations file")
         if not isinstance(doc, dict):
             raise DataError(f"{file}: expected a JSON object with 'images', 'annotations' and 'categories'")
         cats = _get(doc, "categories", "", file, list)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import yaml
 from PIL import Image
 
 from vision_attn.data.detection import (
@@ -28,7 +27,9 @@ from vision_attn.data.detection import (
     clip_boxes,
 )
 from vision_attn.data.folder import IMAGE_EXTENSIONS
-from vision_attn.errors import DataError
+from vision_attn.errors import ConfigError, DataError
+from vision_attn.io.text import read_lines
+from vision_attn.io.yaml import CONFIG_LIMITS, read_yaml
 
 __all__ = ["YoloDetection", "read_data_yaml", "label_path"]
 
@@ -39,9 +40,9 @@ def read_data_yaml(file: str | Path) -> tuple[dict[str, Any], Path, list[str]]:
     if not file.is_file():
         raise DataError(f"data YAML {file}: no such file; give a YAML with path, train, val and names")
     try:
-        doc = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as e:
-        raise DataError(f"data YAML {file}: not valid YAML: {e}") from None
+        doc = read_yaml(file, CONFIG_LIMITS, what="data YAML")
+    except ConfigError as e:
+        raise DataError(f"data YAML {e}") from None
     if not isinstance(doc, dict):
         raise DataError(f"data YAML {file}: expected a mapping with path, train, val and names")
     if "names" not in doc:
@@ -80,7 +81,7 @@ def _list_images(entry: str, root: Path, yaml_file: Path, key: str) -> list[Path
         return sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
     if source.suffix == ".txt" and source.is_file():
         out = []
-        for n, line in enumerate(source.read_text().splitlines(), start=1):
+        for n, line in read_lines(source, what="image list"):
             line = line.strip()
             if not line:
                 continue
@@ -95,7 +96,7 @@ def _list_images(entry: str, root: Path, yaml_file: Path, key: str) -> list[Path
 def _parse_labels(file: Path, nc: int) -> tuple[np.ndarray, np.ndarray]:
     """Boxes (n, 4) cx, cy, w, h normalised and classes (n,) of one label file."""
     boxes, classes = [], []
-    for n, line in enumerate(file.read_text().splitlines(), start=1):
+    for n, line in read_lines(file, what="label file"):
         cols = line.split()
         if not cols:
             continue

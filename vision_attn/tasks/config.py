@@ -9,12 +9,14 @@ is a :class:`ConfigError` naming the closest known key; so is a value of the wro
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from argparse import Namespace as _ArgNamespace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, VisionAttnError
+from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 
 __all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "PRINT_CONFIG_FLAGS", "TASKS"]
 
@@ -47,6 +49,28 @@ def _task(task: str) -> tuple[type, type, set[str], str]:
     return classes[0], classes[1], skip, description
 
 
+PARSER_MODE = "vision_attn"  # jsonargparse's YAML loader behind the bounds of vision_attn.io.yaml
+
+
+def _register_bounded_loader() -> None:
+    """Every config file and value jsonargparse reads is checked by :func:`check_yaml` (size, depth,
+    nodes after alias expansion) before its own loader builds it."""
+    import jsonargparse
+    import yaml
+
+    try:
+        jsonargparse.get_loader(PARSER_MODE)
+        return  # registered once per process
+    except KeyError:
+        plain = jsonargparse.get_loader("yaml")
+
+    def bounded(text: str, path: str | os.PathLike = "") -> Any:
+        check_yaml(text, str(getattr(path, "absolute", path) or "<config value>"), CONFIG_LIMITS)
+        return plain(text)
+
+    jsonargparse.set_loader(PARSER_MODE, bounded, exceptions=(yaml.YAMLError,))
+
+
 def build_train_parser(task: str = "cls"):
     """The jsonargparse parser of ``vision-attn train TASK`` (``cls`` or ``det``)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
@@ -54,8 +78,10 @@ def build_train_parser(task: str = "cls"):
 
     module_cls, data_cls, skip, description = _task(task)
     folder = "classify" if task == "cls" else "detect"
+    _register_bounded_loader()
     parser = ArgumentParser(
         prog=f"vision-attn train {task}", exit_on_error=False, default_env=False, allow_abbrev=False,
+        parser_mode=PARSER_MODE,
         description=description + " Give a YAML config and override any key with --section.key value.")
     parser.add_argument("--config", action=ActionConfigFile, help=f"a YAML config (configs/{folder}/NAME.yaml)")
     parser.add_argument("--name", type=str | None, default=None,
@@ -135,6 +161,13 @@ def _normalise(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _config_files(argv: Sequence[str]) -> list[str]:
+    """The files given to ``--config`` in ``argv`` (``--config F`` and ``--config=F``)."""
+    files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    files += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    return [f for f in files if os.path.isfile(f)]
+
+
 def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, task: str = "cls"):
     """A validated configuration (a jsonargparse Namespace) from command-line arguments, or from a
     nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults;
@@ -145,7 +178,12 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, ta
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))
         else:
-            cfg = parser.parse_args(_normalise(list(args or [])))
+            argv = _normalise(list(args or []))
+            for path in _config_files(argv):  # refused by size before jsonargparse reads them whole
+                check_file_size(path, CONFIG_LIMITS, what="training config")
+            cfg = parser.parse_args(argv)
+    except VisionAttnError:  # the bounded YAML reader's errors name the file and line already
+        raise
     except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
         if isinstance(e, SystemExit) and not e.code:
             raise

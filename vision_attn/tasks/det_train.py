@@ -32,8 +32,9 @@ def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo
 
 def _build(cfg, say: Echo) -> tuple[Any, Any]:
     from vision_attn.tasks.det_datamodule import DetectionDataModule
-    from vision_attn.tasks.detection import DetectionModule
+    from vision_attn.tasks.detection import DetectionModule, load_detector_yaml
 
+    load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
     datamodule = DetectionDataModule(**data_cfg)
     datamodule.scan()

@@ -29,6 +29,7 @@ from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import DetectionLoss
 from vision_attn.models.yolo import build_detector
+from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.models.yolo.from_ultralytics import class_layer_keys, pretrained_yaml
 from vision_attn.models.yolo.transfer import detector_state
@@ -48,7 +49,9 @@ def load_detector_yaml(yaml: str) -> str:
     if not path.is_file():
         raise ConfigError(f"model.yaml={yaml!r}: no such file; give a detector YAML such as "
                           f"configs/detect/yolov8.yaml (paths are relative to the working directory)")
-    return path.read_text(encoding="utf-8")
+    text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
+    check_yaml(text, str(path), DETECTOR_LIMITS)
+    return text
 
 
 def detector_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:

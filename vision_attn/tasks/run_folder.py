@@ -31,22 +31,29 @@ class RunFolder:
     metrics = property(lambda self: self.path / "metrics.json")
     csv = property(lambda self: self.path / "csv" / "metrics.csv")
 
-    def prepare(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
-        """A new run needs a free (or empty) folder, or ``overwrite`` for a previous run's folder;
-        ``resume`` needs the folder's ``last.ckpt``. Only the main process creates or clears it."""
+    def check(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
+        """The rules of :meth:`prepare`, checked without touching anything: a new run needs a free (or
+        empty) folder, or ``overwrite`` for a previous run's folder; ``resume`` needs ``last.ckpt``.
+        Other processes of a multi-process run find the folder their main process made."""
         if resume:
             if not self.last.is_file():
                 raise TrainingError(f"{self.path}: no last.ckpt to resume from; start the run without --resume "
                                     f"(or give --ckpt_path PATH)")
             return
-        if not main_process:
-            return
-        if self.path.exists() and any(self.path.iterdir()):
+        if main_process and self.path.exists() and any(self.path.iterdir()):
             if not overwrite:
                 raise TrainingError(f"run folder {self.path} already exists: pass --resume true to continue it, "
                                     f"--overwrite true to replace it, or --name OTHER for a new run")
             if not any((self.path / m).exists() for m in _RUN_MARKERS):
                 raise TrainingError(f"{self.path} is not a run folder (no {', '.join(_RUN_MARKERS)}); refusing to "
                                     f"delete it: choose another --name or --runs_dir")
+
+    def prepare(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
+        """:meth:`check`, then a new run's folder is created (a previous run's cleared with
+        ``overwrite``). Only the main process creates or clears it."""
+        self.check(resume=resume, overwrite=overwrite, main_process=main_process)
+        if resume or not main_process:
+            return
+        if self.path.exists() and any(self.path.iterdir()):
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True, exist_ok=True)

@@ -150,14 +150,15 @@ def _train(cfg, say: Echo, start: float, task: TrainTask) -> TrainResult:
     if ckpt_path is not None and not Path(ckpt_path).is_file():
         raise TrainingError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
     main_process = _global_rank() == 0
-    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
+    run.check(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     if cfg.threads is not None:
-        if cfg.threads < 1:
-            raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
         torch.set_num_threads(cfg.threads)
 
-    module, datamodule = task.build(cfg, say)
+    module, datamodule = task.build(cfg, say)  # a bad model, YAML or data set fails before anything is written
+    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
 
     trainer_cfg = dict(to_dict(cfg)["trainer"])
     progress = trainer_cfg.pop("enable_progress_bar", None) is not False

@@ -15,16 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
 import yaml
 
 from vision_attn.errors import ConfigError
 from vision_attn.io.atomic import write_text
+from vision_attn.io.yaml import DETECTOR_LIMITS, load_yaml, read_yaml_text
+from vision_attn.models.yolo.builder import build_detector
 from vision_attn.models.yolo.modules import MODULES
 from vision_attn.models.yolo.reindex import all_rows, check_topology, insert_row, remove_row
 from vision_attn.models.yolo.remap import insertion_map
 
 __all__ = ["EditResult", "insert_attention_text", "insert_attention_file", "insert_attention_data",
-           "remove_rows_text", "remove_attention_text"]
+           "remove_rows_text", "remove_attention_text", "check_builds"]
 
 _ROW = re.compile(r"^(?P<lead>\s*-\s*\[\s*)(?P<from>\[[^\]\[]*\]|-?\d+)(?P<rest>\s*,.*?)(?P<comment>\s*#\s*(?P<num>\d+)(?P<tail>.*))?$")
 
@@ -40,9 +43,29 @@ class EditResult:
     removed: list[int] = field(default_factory=list)
 
 
-def _row_lines(text: str) -> tuple[list[str], list[int], dict[str, Any]]:
+def _load(text: str, source: str) -> Any:
+    """The detector YAML ``text`` within the reader's bounds (no anchors or aliases)."""
+    return load_yaml(text, source, DETECTOR_LIMITS)
+
+
+def check_builds(text: str, source: str = "<yaml text>", *, stage: str = "input") -> None:
+    """Build ``text`` at every scale it defines (on the meta device: no memory, no compute) and raise
+    a :class:`ConfigError` naming ``source``, the stage (``input`` or ``output`` of an edit) and the
+    scale when one does not build, so that an edit is never written from or to a broken YAML."""
+    data = _load(text, source)
+    scales = list((data.get("scales") or {}) if isinstance(data, dict) else {}) or [None]
+    for scale in scales:
+        try:
+            with torch.device("meta"):
+                build_detector(data, scale=scale)
+        except ConfigError as e:
+            at = f" at scale {scale}" if scale else ""
+            raise ConfigError(f"{source}: the {stage} YAML does not build{at} ({e}); nothing was written") from None
+
+
+def _row_lines(text: str, source: str = "<yaml text>") -> tuple[list[str], list[int], dict[str, Any]]:
     """The file's lines, the line number of each row in order, and the loaded data."""
-    data = yaml.safe_load(text)
+    data = _load(text, source)
     if not isinstance(data, dict):
         raise ConfigError("the YAML must be a mapping with 'backbone' and 'head' lists")
     lines = text.splitlines(keepends=True)
@@ -102,7 +125,7 @@ def _rewrite(text: str, lines: list[str], rows_at: list[int], old: dict[str, Any
 
 
 def _verify(text: str, expected: dict[str, Any]) -> None:
-    loaded = yaml.safe_load(text)
+    loaded = _load(text, "<edited yaml text>")
     if loaded.get("backbone") != expected.get("backbone") or loaded.get("head") != expected.get("head"):
         raise ConfigError("the edited text does not load to the re-indexed rows (an unusual row layout?); "
                           "nothing was written")
@@ -172,14 +195,15 @@ def _insert_rows(data: dict[str, Any], block: str, positions: list[int],
 
 
 def insert_attention_text(text: str, block: str, *, after: str | None = None, at: Sequence[int] | None = None,
-                          section: str = "backbone", args: list[Any] | None = None) -> EditResult:
+                          section: str = "backbone", args: list[Any] | None = None,
+                          source: str = "<yaml text>") -> EditResult:
     """Insert ``[-1, 1, block, args]`` after every row of module ``after`` in ``section`` (backbone,
     head or all), or after the rows ``at``. A position already followed by ``block`` is skipped, so
-    running the edit twice inserts once."""
+    running the edit twice inserts once. ``source`` names the text in error messages."""
     block = _block_name(block)
     if section not in ("backbone", "head", "all"):
         raise ConfigError(f"--section {section!r}: use backbone, head or all")
-    lines, rows_at, data = _row_lines(text)
+    lines, rows_at, data = _row_lines(text, source)
     positions = _positions(data, block, after, at, section)
     new, inserted, mapping = _insert_rows(data, block, positions, args)
     args_text = yaml.safe_dump(list(args or []), default_flow_style=True).strip()
@@ -192,10 +216,10 @@ def insert_attention_text(text: str, block: str, *, after: str | None = None, at
     return EditResult(edited, inserted, mapping)
 
 
-def remove_rows_text(text: str, block: str) -> EditResult:
+def remove_rows_text(text: str, block: str, source: str = "<yaml text>") -> EditResult:
     """Take out every single-input row of module ``block`` (what :func:`insert_attention_text` added),
     re-indexing the rest."""
-    lines, rows_at, data = _row_lines(text)
+    lines, rows_at, data = _row_lines(text, source)
     rows = all_rows(data)
     drop = [i for i, r in enumerate(rows) if r[2] == block]
     new = data
@@ -224,30 +248,33 @@ def remove_rows_text(text: str, block: str) -> EditResult:
 def insert_attention_file(src: str | Path, dst: str | Path, block: str, *, after: str | None = None,
                           at: Sequence[int] | None = None, section: str = "backbone",
                           args: list[Any] | None = None) -> EditResult:
-    """:func:`insert_attention_text` on the file ``src``, written to ``dst`` (only once verified).
+    """:func:`insert_attention_text` on the file ``src``, written to ``dst`` only once both the input
+    and the edited YAML build at every scale (:func:`check_builds`).
     ``result.index_map`` moves a checkpoint's weights: ``remap_state_dict(state, result.index_map)``."""
     source = Path(src)
     if not source.is_file():
         raise ConfigError(f"{source}: no such YAML file")
-    result = insert_attention_text(source.read_text(encoding="utf-8"), block, after=after, at=at, section=section,
-                                   args=args)
+    text = read_yaml_text(source, DETECTOR_LIMITS, what="detector YAML")
+    check_builds(text, str(source))
+    result = insert_attention_text(text, block, after=after, at=at, section=section, args=args, source=str(source))
+    check_builds(result.text, str(dst), stage="output")
     write_text(dst, result.text)
     return result
 
 
-def remove_attention_text(text: str, block: str | None = None) -> EditResult:
+def remove_attention_text(text: str, block: str | None = None, source: str = "<yaml text>") -> EditResult:
     """Take out the rows of attention ``block`` (every attention block when None), re-indexing the rest;
     ``index_map`` maps old rows that stay to their new indices."""
     names = [_block_name(block)] if block is not None else \
         [k for k, v in MODULES.items() if v.kind == "attention"]
-    data = yaml.safe_load(text)
+    data = _load(text, source)
     present = {str(r[2]) for r in all_rows(data)} if isinstance(data, dict) else set()
     n_old = len(all_rows(data)) if isinstance(data, dict) else 0
     mapping = {i: i for i in range(n_old)}
     for name in names:
         if name not in present:
             continue
-        result = remove_rows_text(text, name)
+        result = remove_rows_text(text, name, source)
         text = result.text
         mapping = {old: result.index_map[new] for old, new in mapping.items() if new in result.index_map}
     return EditResult(text, [], mapping, [i for i in range(n_old) if i not in mapping])

@@ -15,6 +15,7 @@ import yaml
 
 from vision_attn.errors import ConfigError
 from vision_attn.io.state_dict import StateDict, read_checkpoint, read_state_dict
+from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml_text
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint, is_ultralytics_checkpoint, read_ultralytics_checkpoint
 from vision_attn.models.yolo.builder import DetectionModel, build_detector
 
@@ -102,7 +103,7 @@ class YamlSource:
             return cls(text, file, text, ckpt_path, ultra)
         if not Path(file).is_file():
             raise ConfigError(f"{file}: no such YAML file")
-        return cls(Path(file).read_text(encoding="utf-8"), file, Path(file), ckpt_path, ultra)
+        return cls(read_yaml_text(file, DETECTOR_LIMITS, what="detector YAML"), file, Path(file), ckpt_path, ultra)
 
     def weights(self) -> StateDict | None:
         """The checkpoint's state dict (None without one)."""

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from vision_attn.errors import ConfigError
+from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml_text
+from vision_attn.io.yaml import load_yaml as read_yaml_document
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
 
 __all__ = ["Row", "DetectorSpec", "load_yaml", "parse_spec", "scale_from_name", "TOP_LEVEL_KEYS"]
@@ -70,7 +70,8 @@ def scale_from_name(name: str) -> str | None:
 
 def load_yaml(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The YAML as a dict and a label for messages. ``source``: a dict, a path, or YAML text (a string
-    holding a newline). ``yaml.safe_load`` only: tags such as ``!!python/object`` are refused."""
+    holding a newline). Read by :mod:`vision_attn.io.yaml` within its bounds (no anchors or aliases, no tags such as
+    ``!!python/object``)."""
     if isinstance(source, Mapping):
         return dict(source), "<dict>"
     text_given = isinstance(source, str) and "\n" in source
@@ -87,13 +88,8 @@ def load_yaml(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], s
                 raise ConfigError(f"{label}: no such YAML file; give a path to a detector YAML "
                                   "(for example configs/detect/yolov8.yaml)")
             path = alt
-        text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        detail = " ".join(str(e).split())
-        raise ConfigError(f"{label}: not a safe YAML document ({detail}); write plain YAML without "
-                          "!!python tags or other constructors") from None
+        text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
+    data = read_yaml_document(text, label, DETECTOR_LIMITS)
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: the YAML must be a mapping with 'backbone' and 'head' lists, "
                           f"not {type(data).__name__}")
