@@ -78,7 +78,9 @@ def main() -> None:
             mib = path.stat().st_size / 2**20
             for which in ("ours", "ultralytics"):
                 done = subprocess.run([sys.executable, "-c", CHILD, which, str(path), str(args.rounds)], env=env,
-                                      capture_output=True, text=True, check=True)
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"{which} on {path}: {done.stderr[-2000:]}")
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 b, a = r["before"], r["after"]
                 print(json.dumps({"file": f"{path.parent.name}/{path.name}", "file_mib": round(mib, 1), "reader": which,

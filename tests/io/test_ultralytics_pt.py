@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from tests.io.ultralytics_files import peer_load, save_like_trainer
+from tests.models.yolo.peer_zoo import peer_decoded
 from vision_attn.errors import CheckpointError
 from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint, load_restricted, read_ultralytics_checkpoint
 from vision_attn.models.yolo.from_ultralytics import detector_from_ultralytics
 
 ROOT = Path(__file__).resolve().parents[2]
-PEER_MODELS = ("yolov8n.yaml", "yolo11n.yaml")
+PEER_MODELS = ("yolov8n.yaml", "yolo11n.yaml", "yolo26n.yaml")  # yolo26n: the end-to-end head, reg_max 1
 
 # the reader in a process where ultralytics cannot be imported: a meta-path finder refuses it
 BLOCKED_READER = textwrap.dedent("""
@@ -83,8 +84,9 @@ def test_same_tensors_and_outputs_as_ultralytics(name, which, trainer_files, blo
     assert ours["source"] == ("ema" if which == "last" else "model")  # the trainer: model None, ema; strip: model
     assert ours["names"] == ["class0", "class1", "class2"]
     assert ours["train_args"]["imgsz"] == 64 and ours["train_args"]["data"] == "data.yaml"
-    with torch.no_grad():
-        torch.testing.assert_close(ours["output"], peer(ours["x"])[0], rtol=1e-5, atol=1e-4)
+    # an end-to-end head (yolo26) predicts with its one-to-one branch, without NMS, in both
+    branch = "one2one" if getattr(peer.model[-1], "end2end", False) else None
+    torch.testing.assert_close(ours["output"], peer_decoded(peer, ours["x"], branch), rtol=1e-5, atol=1e-4)
 
 
 def test_checkpoint_contents(trainer_files):

@@ -131,7 +131,9 @@ class _FusedAttentionOnMeta(TorchFunctionMode):
         if func is F.scaled_dot_product_attention:
             bound = _SDPA_SIGNATURE.bind(*args, **kwargs).arguments
             q, k, v = bound["query"], bound["key"], bound["value"]
-            if q.device.type == "meta" and q.dim() == k.dim() == v.dim() == 4:
+            # the CPU's fused kernel takes equal query and value widths; otherwise SDPA runs (and
+            # counts) as matrix products there, as it decomposes on meta
+            if q.device.type == "meta" and q.dim() == k.dim() == v.dim() == 4 and q.shape[-1] == v.shape[-1]:
                 if bound.get("enable_gqa") and k.shape[1] != q.shape[1]:
                     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
                     v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)

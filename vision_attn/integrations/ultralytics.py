@@ -54,7 +54,7 @@ def _make_classes() -> dict[str, type[LazyAttention]]:
     return classes
 
 
-BLOCK_NAMES = ("CBAM", "CBAMPaper", "SE", "ECA", "CoordAtt", "TransformerBlock", "SwinBlock")
+BLOCK_NAMES = ("CBAM", "CBAMPaper", "SE", "ECA", "CoordAtt", "TransformerBlock", "SwinBlock", "AreaAttention")
 """The names :func:`register` adds (those of vision_attn's own detector YAMLs)."""
 
 CLASSES = _make_classes()

@@ -1,52 +1,25 @@
-"""Convolutional blocks of YOLO-style detectors (v5/v8/11 layouts), written from their architecture.
+"""CSP blocks and pooling of YOLO-style detectors (v3/v5/v8/11 layouts), written from their architecture.
 
 Every block maps a (B, c1, H, W) tensor to (B, c2, H', W'); the constructor takes ``c1, c2`` first,
 then the arguments a YAML row gives. Parameter counts and state-dict keys equal ultralytics' (so
-``model.N.cv1.conv.weight`` means the same tensor in both).
+``model.N.cv1.conv.weight`` means the same tensor in both). The CSP blocks take their inner block as
+a factory (``block(c) -> module`` for c hidden channels), so the variants (C3k, C3k2, C3Ghost, RepCSP,
+C2fCIB) are one class with another inner block rather than copies.
 """
 from __future__ import annotations
 
-import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-__all__ = ["autopad", "Conv", "DWConv", "Bottleneck", "C2f", "C3", "C3k", "C3k2", "SPP", "SPPF", "Concat"]
+from vision_attn.models.yolo.conv import Conv
+from vision_attn.models.yolo.psa import PSABlock
 
+__all__ = ["BlockFactory", "Bottleneck", "bottlenecks", "C2", "C2f", "C3", "C3k", "C3k2", "SPP", "SPPF", "Concat"]
 
-def autopad(k: int, p: int | None = None, d: int = 1) -> int:
-    """'same' padding for a k x k convolution with dilation d (stride 1)."""
-    if p is not None:
-        return p
-    if d > 1:
-        k = d * (k - 1) + 1
-    return k // 2
-
-
-class Conv(nn.Module):
-    """Convolution (no bias), batch norm, SiLU: (B, c1, H, W) -> (B, c2, H/s, W/s).
-
-    ``act``: True for SiLU, False for none, or a module; the builder swaps SiLU for the YAML's
-    ``activation:`` after building.
-    """
-
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, p: int | None = None, g: int = 1, d: int = 1,
-                 act: bool | nn.Module = True) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(c1, c2, k, s, autopad(k, p, d), groups=g, dilation=d, bias=False)
-        self.bn = nn.BatchNorm2d(c2, eps=1e-3, momentum=0.03)
-        self.act = nn.SiLU() if act is True else act if isinstance(act, nn.Module) else nn.Identity()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.bn(self.conv(x)))
-
-
-class DWConv(Conv):
-    """Depth-wise (grouped by gcd(c1, c2)) :class:`Conv`."""
-
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, d: int = 1, act: bool | nn.Module = True) -> None:
-        super().__init__(c1, c2, k, s, g=math.gcd(c1, c2), d=d, act=act)
+BlockFactory = Callable[[int], nn.Module]
+"""Builds one inner block of a CSP block for its hidden channel count c (input = output = c)."""
 
 
 class Bottleneck(nn.Module):
@@ -66,17 +39,24 @@ class Bottleneck(nn.Module):
         return x + y if self.add else y
 
 
-class C2f(nn.Module):
-    """CSP block with two convolutions (YOLOv8): split cv1's output in two halves, run n bottlenecks on
-    the second, concatenate every intermediate ((2 + n) * c channels) and fuse with cv2.
-    (B, c1, H, W) -> (B, c2, H, W)."""
+def bottlenecks(shortcut: bool, g: int = 1, k: Sequence[int] = (3, 3)) -> BlockFactory:
+    """Factory of c -> c :class:`Bottleneck` blocks without channel reduction."""
+    return lambda c: Bottleneck(c, c, shortcut, g, k=k, e=1.0)
 
-    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, g: int = 1, e: float = 0.5) -> None:
+
+class C2f(nn.Module):
+    """CSP block with two convolutions (YOLOv8): split cv1's output in two halves, run n inner blocks
+    (bottlenecks by default) one after the other on the second, concatenate every intermediate
+    ((2 + n) * c channels) and fuse with cv2. (B, c1, H, W) -> (B, c2, H, W)."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = False, g: int = 1, e: float = 0.5, *,
+                 block: BlockFactory | None = None) -> None:
         super().__init__()
         self.c = int(c2 * e)
         self.cv1 = Conv(c1, 2 * self.c, 1, 1)
         self.cv2 = Conv((2 + n) * self.c, c2, 1)
-        self.m = nn.ModuleList(Bottleneck(self.c, self.c, shortcut, g, k=(3, 3), e=1.0) for _ in range(n))
+        make = block or bottlenecks(shortcut, g)
+        self.m = nn.ModuleList(make(self.c) for _ in range(n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = list(self.cv1(x).chunk(2, 1))
@@ -85,17 +65,36 @@ class C2f(nn.Module):
         return self.cv2(torch.cat(y, 1))
 
 
-class C3(nn.Module):
-    """CSP block with three convolutions (YOLOv5): cv3([m(cv1(x)), cv2(x)]), n bottlenecks (1x1 then
-    3x3) at c2*e channels. (B, c1, H, W) -> (B, c2, H, W)."""
+class C2(nn.Module):
+    """CSP block with two convolutions, the YOLOv8-p6 neck form: cv1 to 2c channels, n bottlenecks on
+    the first half, concatenated with the second and fused by cv2. (B, c1, H, W) -> (B, c2, H, W)."""
 
     def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, g: int = 1, e: float = 0.5) -> None:
+        super().__init__()
+        self.c = int(c2 * e)
+        self.cv1 = Conv(c1, 2 * self.c, 1, 1)
+        self.cv2 = Conv(2 * self.c, c2, 1)
+        make = bottlenecks(shortcut, g)
+        self.m = nn.Sequential(*(make(self.c) for _ in range(n)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.cv1(x).chunk(2, 1)
+        return self.cv2(torch.cat((self.m(a), b), 1))
+
+
+class C3(nn.Module):
+    """CSP block with three convolutions (YOLOv5): cv3([m(cv1(x)), cv2(x)]), n inner blocks at c2*e
+    channels (bottlenecks 1x1 then 3x3 by default). (B, c1, H, W) -> (B, c2, H, W)."""
+
+    def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, g: int = 1, e: float = 0.5, *,
+                 block: BlockFactory | None = None) -> None:
         super().__init__()
         c_ = int(c2 * e)
         self.cv1 = Conv(c1, c_, 1, 1)
         self.cv2 = Conv(c1, c_, 1, 1)
         self.cv3 = Conv(2 * c_, c2, 1)
-        self.m = nn.Sequential(*(Bottleneck(c_, c_, shortcut, g, k=(1, 3), e=1.0) for _ in range(n)))
+        make = block or bottlenecks(shortcut, g, k=(1, 3))
+        self.m = nn.Sequential(*(make(c_) for _ in range(n)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
@@ -106,9 +105,7 @@ class C3k(C3):
 
     def __init__(self, c1: int, c2: int, n: int = 1, shortcut: bool = True, g: int = 1, e: float = 0.5,
                  k: int = 3) -> None:
-        super().__init__(c1, c2, n, shortcut, g, e)
-        c_ = int(c2 * e)
-        self.m = nn.Sequential(*(Bottleneck(c_, c_, shortcut, g, k=(k, k), e=1.0) for _ in range(n)))
+        super().__init__(c1, c2, n, shortcut, g, e, block=bottlenecks(shortcut, g, k=(k, k)))
 
 
 class C3k2(C2f):
@@ -117,18 +114,15 @@ class C3k2(C2f):
 
     def __init__(self, c1: int, c2: int, n: int = 1, c3k: bool = False, e: float = 0.5, attn: bool = False,
                  g: int = 1, shortcut: bool = True) -> None:
-        super().__init__(c1, c2, n, shortcut, g, e)
-        from vision_attn.models.yolo.psa import PSABlock
-
-        def inner() -> nn.Module:
+        def inner(c: int) -> nn.Module:
             if attn:
-                return nn.Sequential(Bottleneck(self.c, self.c, shortcut, g),
-                                     PSABlock(self.c, attn_ratio=0.5, num_heads=max(self.c // 64, 1)))
+                return nn.Sequential(Bottleneck(c, c, shortcut, g),
+                                     PSABlock(c, attn_ratio=0.5, num_heads=max(c // 64, 1)))
             if c3k:
-                return C3k(self.c, self.c, 2, shortcut, g)
-            return Bottleneck(self.c, self.c, shortcut, g)
+                return C3k(c, c, 2, shortcut, g)
+            return Bottleneck(c, c, shortcut, g)
 
-        self.m = nn.ModuleList(inner() for _ in range(n))
+        super().__init__(c1, c2, n, shortcut, g, e, block=inner)
 
 
 class SPPF(nn.Module):

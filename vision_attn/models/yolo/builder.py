@@ -4,13 +4,17 @@ Rules (those of ultralytics, so its YAMLs build the same networks): repeats beco
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
 inputs' channels; attention rows take the channels of their input (with ``{zero_init: true}`` in their
-arguments they start as the exact identity: :class:`~vision_attn.layers.plugins.IdentityBlend`, keys
-``model.N.block.*`` and ``model.N.scale``); a Backbone row reports the
-channels of its list of maps and an Index row those of the map it picks. At scales m, l and x, C3k2's
-``c3k`` flag is forced on. Detect's class branch is the YOLOv8 form unless the YAML has a C3k2 row.
+arguments they start as the exact identity: a block that takes ``zero_init`` itself does it, any other is
+wrapped in :class:`~vision_attn.layers.plugins.IdentityBlend`, keys ``model.N.block.*`` and
+``model.N.scale``); a Backbone row reports the
+channels of its list of maps and an Index row those of the map it picks. Scale-dependent arguments
+as in ultralytics' parser (:func:`_scale_rules`): at m, l and x C3k2's ``c3k`` flag is forced on; at l
+and x A2C2f gets ``(residual=True, mlp_ratio=1.2)``. Detect's class branch is the YOLOv8 form unless
+the YAML has a row of :data:`MODERN_HEAD_ROWS`.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,15 +24,19 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.layers.plugins import IdentityBlend
-from vision_attn.models.yolo.blocks import Conv
+from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
-from vision_attn.models.yolo.schema import MAX_CHANNELS, DetectorSpec, Row, parse_spec
+from vision_attn.models.yolo.schema import MAX_CHANNELS, MULTI_INPUT_KINDS, DetectorSpec, Row, parse_spec
 
 __all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "make_divisible"]
 
 PROBE_SIZE = 256
 """Side of the zero image whose forward finds Detect's strides."""
+
+MODERN_HEAD_ROWS = ("C3k2", "A2C2f", "C2fCIB")
+"""A YAML with one of these rows gets Detect's light class branch (depth-wise + 1x1 pairs), as in
+ultralytics' parser; the others (v3/v5/v8/v9 layouts) keep the "legacy" two 3x3 convolutions."""
 
 
 def make_divisible(x: float, divisor: int = 8) -> int:
@@ -101,8 +109,14 @@ def _attention_kwargs(row: Row, args: list[Any], label: str) -> dict[str, Any]:
 
 
 def _check_map_inputs(row: Row, spec: DetectorSpec, ch_in: list[Any], kind: str, label: str) -> None:
-    """A Backbone row's list of maps feeds Index rows only, and an Index row takes such a list."""
+    """A list of maps (a Backbone or CBLinear row) feeds Index and CBFuse rows only; an Index row takes
+    such a list; a CBFuse row takes such lists then one map."""
     lists = [j for j, c in zip(row.inputs, ch_in) if isinstance(c, list)]
+    if kind == "fuse":
+        if len(ch_in) < 2 or lists != list(row.inputs[:-1]):
+            raise ConfigError(f"{label}: row {row.index} field 'from': CBFuse takes CBLinear rows then the map to add "
+                              f"to, e.g. [[10, 11, -1]]; got {row.from_!r}")
+        return
     if kind == "index" and not lists:
         raise ConfigError(f"{label}: row {row.index} field 'from': Index picks a map of a Backbone row's list, "
                           f"but {row.from_!r} is a single map; point it at the Backbone row")
@@ -136,6 +150,58 @@ def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple
     return [i], maps[i]
 
 
+def _split_args(row: Row, args: list[Any], c1: int, label: str) -> tuple[list[Any], list[int]]:
+    """CBLinear's ``[[c, ...], *rest]`` -> ``[c1, [c, ...], *rest]`` and its list of output channels."""
+    groups = args[0] if args else None
+    if (not isinstance(groups, list) or not groups
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_CHANNELS for c in groups)):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [[channels, ...]], the output "
+                          f"channel groups, e.g. [[64, 128]]; got {row.args!r}")
+    return [c1, groups, *args[1:]], list(groups)
+
+
+def _check_fuse(row: Row, args: list[Any], ch_in: list[Any], label: str) -> None:
+    """CBFuse's ``[[i, ...]]``: one group index per CBLinear input, each group as wide as the target."""
+    idx = args[0] if len(args) == 1 else None
+    if not isinstance(idx, list) or len(idx) != len(ch_in) - 1:
+        raise ConfigError(f"{label}: row {row.index} field 'args': CBFuse takes [[i, ...]], one group index for each "
+                          f"of its {len(ch_in) - 1} CBLinear inputs; got {row.args!r}")
+    for j, i, groups in zip(row.inputs, idx, ch_in):
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(groups):
+            raise ConfigError(f"{label}: row {row.index} field 'args': group {i!r} of row {j} is out of range (it has "
+                              f"{len(groups)} groups)")
+        if groups[i] != ch_in[-1]:
+            raise ConfigError(f"{label}: row {row.index} field 'args': group {i} of row {j} has {groups[i]} channels, "
+                              f"the map it is added to {ch_in[-1]}; pick a group of that width")
+
+
+def _scale_rules(module: str, args: list[Any], scale: str | None) -> list[Any]:
+    """ultralytics' scale-dependent arguments of a conv-like row (``args`` = [c1, c2, n, ...]): at m,
+    l and x C3k2's ``c3k`` is forced on; at l and x A2C2f gets ``residual=True, mlp_ratio=1.2``."""
+    if module == "C3k2" and scale in ("m", "l", "x"):
+        return [*args[:3], True, *args[4:]]
+    if module == "A2C2f" and scale in ("l", "x"):
+        return [*args, True, 1.2]
+    return args
+
+
+def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, spec_m: Any, legacy: bool,
+               label: str) -> tuple[list[Any], dict[str, Any]]:
+    """A head row ``[nc]`` (or ``[nc, reg_max]``) -> its constructor's arguments. ``reg_max`` and
+    ``end2end`` come from the YAML's top level unless the head fixes them (``v10Detect``)."""
+    if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or len(args) > 2:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc], got {row.args!r}")
+    if not spec_m.head_options:
+        if len(args) > 1:
+            raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc] (its reg_max is 16), "
+                              f"got {row.args!r}")
+        return [args[0], ch_in], {}
+    reg_max = args[1] if len(args) > 1 else spec.reg_max
+    if not isinstance(reg_max, int) or isinstance(reg_max, bool) or not 1 <= reg_max <= 64:
+        raise ConfigError(f"{label}: row {row.index} field 'args': reg_max {reg_max!r} must be 1 to 64")
+    return [args[0], reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
+
+
 def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
     try:
         return factory(*args, **kwargs)
@@ -162,7 +228,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
     inputs: list[tuple[int, ...]] = []
     multi: list[bool] = []
     info: list[LayerInfo] = []
-    legacy = not any(r.module == "C3k2" for r in spec.rows)
+    legacy = not any(r.module in MODERN_HEAD_ROWS for r in spec.rows)
     image_channels = int(spec.raw.get("channels", spec.raw.get("ch", 3)))
     for row in spec.rows:
         spec_m = MODULES[row.module]
@@ -185,25 +251,29 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             if spec_m.repeat:
                 args.insert(2, n)
                 n = 1
-            if row.module == "C3k2" and spec.scale in ("m", "l", "x"):
-                args[3:4] = [True]
+            args = _scale_rules(row.module, args, spec.scale)
             if row.module == "SPPF" and len(args) > 3:  # [c, k, n, ...]: YOLO26's SPPF, cv1 without SiLU
                 kwargs = {"cv1_act": False}
         elif spec_m.kind == "concat":
             c2 = sum(ch_in)
+        elif spec_m.kind == "split":
+            args, c2 = _split_args(row, args, c1, label)
+        elif spec_m.kind == "fuse":
+            _check_fuse(row, args, ch_in, label)
+            c2 = ch_in[-1]
         elif spec_m.kind == "detect":
-            if not args or not isinstance(args[0], int):
-                raise ConfigError(f"{label}: row {row.index} field 'args': Detect needs [nc], got {row.args!r}")
-            reg_max = args[1] if len(args) > 1 and isinstance(args[1], int) else 16
-            args = [args[0], reg_max, ch_in]
-            kwargs = {"legacy": legacy}
+            args, kwargs = _head_args(row, args, ch_in, spec, spec_m, legacy, label)
             c2 = 0
         elif spec_m.kind == "attention":
             kwargs = _attention_kwargs(row, args, label)
-            identity_start = kwargs.pop("zero_init", False)
+            identity_start = kwargs.get("zero_init", False)
             if not isinstance(identity_start, bool):
                 raise ConfigError(f"{label}: row {row.index} field 'args': zero_init: {identity_start!r} must be "
                                   "true or false")
+            if "zero_init" not in inspect.signature(spec_m.factory).parameters:
+                kwargs.pop("zero_init", None)  # the block cannot start as the identity itself: wrapped below
+            else:
+                identity_start = False
             args = [c1]
             c2 = c1
         elif spec_m.kind == "backbone":
@@ -222,7 +292,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
         layer = modules[0] if n == 1 else nn.Sequential(*modules)
         layers.append(layer)
         inputs.append(row.inputs)
-        multi.append(spec_m.kind in ("concat", "detect"))
+        multi.append(spec_m.kind in MULTI_INPUT_KINDS)
         channels.append(c2)
         info.append(LayerInfo(index=row.index, from_=row.from_, repeats=scaled_repeats, module=row.module,
                               args=[list(a) if isinstance(a, list) else a for a in args], kwargs=kwargs,

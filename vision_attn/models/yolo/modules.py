@@ -7,10 +7,15 @@ these classes. Kinds:
   receives ``[c_in, c_out, *rest]``. ``repeat`` modules also receive the row's repeats as their third
   argument (and the row itself is built once).
 - ``concat``: output channels are the sum of the inputs'.
-- ``detect``: receives ``[nc, reg_max, [input channels]]``.
+- ``detect``: receives ``[nc, reg_max, [input channels]]`` and the keywords ``legacy`` and
+  ``end2end`` (``head_options``), or only ``[nc, [input channels]]`` (a head that fixes them).
 - ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
   (``[-1, 1, CBAM, []]``); output channels = input channels.
-- ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``).
+- ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``,
+  ``nn.MaxPool2d``, ``nn.ZeroPad2d``, ``nn.Identity``).
+- ``split``: CBLinear: ``[c2s, *rest]``, a list of output channel groups (not scaled, as in
+  ultralytics); its output is a tuple of maps.
+- ``fuse``: CBFuse: takes several CBLinear rows then a target map; output channels = the target's.
 - ``backbone``: a registered model by name (``[swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]``);
   its output is a list of feature maps whose channel counts the module reports.
 - ``index``: picks one map of a backbone row's list (``[2]``, or ultralytics' ``[channels, 2]``).
@@ -23,12 +28,18 @@ from typing import Callable
 from torch import nn
 
 from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite, UltralyticsCBAM
+from vision_attn.models.yolo.area_attention import A2C2f, AreaAttention
 from vision_attn.models.yolo.backbone import Backbone, Index
-from vision_attn.models.yolo.blocks import C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat, Conv, DWConv
-from vision_attn.models.yolo.detect import Detect
-from vision_attn.models.yolo.psa import C2PSA
+from vision_attn.models.yolo.blocks import C2, C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat
+from vision_attn.models.yolo.composite import CBFuse, CBLinear
+from vision_attn.models.yolo.conv import Conv, DWConv
+from vision_attn.models.yolo.detect import Detect, V10Detect
+from vision_attn.models.yolo.elan import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
+from vision_attn.models.yolo.ghost import C3Ghost, GhostBottleneck, GhostConv
+from vision_attn.models.yolo.psa import C2PSA, PSA
 from vision_attn.models.yolo.swin import MapSwin
 from vision_attn.models.yolo.transformer import MapTransformer
+from vision_attn.models.yolo.v10 import C2fCIB, SCDown
 
 __all__ = ["ModuleSpec", "MODULES", "ATTENTION_ROWS", "ACTIVATIONS"]
 
@@ -38,14 +49,16 @@ class ModuleSpec:
     """How the builder treats one allowed module name."""
 
     factory: Callable[..., nn.Module]
-    kind: str  # conv | concat | detect | attention | plain | backbone | index
+    kind: str  # conv | concat | detect | attention | plain | split | fuse | backbone | index
     repeat: bool = False  # the row's repeats go into the module (third argument)
+    head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
 
 
 MODULES: dict[str, ModuleSpec] = {
     "Conv": ModuleSpec(Conv, "conv"),
     "DWConv": ModuleSpec(DWConv, "conv"),
     "Bottleneck": ModuleSpec(Bottleneck, "conv"),
+    "C2": ModuleSpec(C2, "conv", repeat=True),
     "C2f": ModuleSpec(C2f, "conv", repeat=True),
     "C3": ModuleSpec(C3, "conv", repeat=True),
     "C3k": ModuleSpec(C3k, "conv", repeat=True),
@@ -53,10 +66,29 @@ MODULES: dict[str, ModuleSpec] = {
     "C2PSA": ModuleSpec(C2PSA, "conv", repeat=True),
     "SPP": ModuleSpec(SPP, "conv"),
     "SPPF": ModuleSpec(SPPF, "conv"),
+    "GhostConv": ModuleSpec(GhostConv, "conv"),
+    "GhostBottleneck": ModuleSpec(GhostBottleneck, "conv"),
+    "C3Ghost": ModuleSpec(C3Ghost, "conv", repeat=True),
+    "RepNCSPELAN4": ModuleSpec(RepNCSPELAN4, "conv"),
+    "ELAN1": ModuleSpec(ELAN1, "conv"),
+    "SPPELAN": ModuleSpec(SPPELAN, "conv"),
+    "ADown": ModuleSpec(ADown, "conv"),
+    "AConv": ModuleSpec(AConv, "conv"),
+    "CBLinear": ModuleSpec(CBLinear, "split"),
+    "CBFuse": ModuleSpec(CBFuse, "fuse"),
+    "nn.ConvTranspose2d": ModuleSpec(nn.ConvTranspose2d, "conv"),
     "Concat": ModuleSpec(Concat, "concat"),
+    "PSA": ModuleSpec(PSA, "conv"),
+    "SCDown": ModuleSpec(SCDown, "conv"),
+    "C2fCIB": ModuleSpec(C2fCIB, "conv", repeat=True),
+    "A2C2f": ModuleSpec(A2C2f, "conv", repeat=True),
     "Detect": ModuleSpec(Detect, "detect"),
+    "v10Detect": ModuleSpec(V10Detect, "detect", head_options=False),
     "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
     "Upsample": ModuleSpec(nn.Upsample, "plain"),
+    "nn.MaxPool2d": ModuleSpec(nn.MaxPool2d, "plain"),
+    "nn.ZeroPad2d": ModuleSpec(nn.ZeroPad2d, "plain"),
+    "nn.Identity": ModuleSpec(nn.Identity, "plain"),
     # attention plug-ins: channels come from the input
     "CBAM": ModuleSpec(UltralyticsCBAM, "attention"),  # ultralytics' form, so its YAMLs port unchanged
     "CBAMPaper": ModuleSpec(CBAM, "attention"),  # the paper's CBAM (MLP with reduction, avg + max pooling)
@@ -65,6 +97,7 @@ MODULES: dict[str, ModuleSpec] = {
     "CoordAtt": ModuleSpec(CoordAttention, "attention"),
     "TransformerBlock": ModuleSpec(MapTransformer, "attention"),  # ViT blocks over the flattened map
     "SwinBlock": ModuleSpec(MapSwin, "attention"),  # regular + shifted window Swin blocks on the map
+    "AreaAttention": ModuleSpec(AreaAttention, "attention"),  # YOLO12's area-attention block (ABlock)
     # a create_model network's feature maps, and the row that picks one of them
     "Backbone": ModuleSpec(Backbone, "backbone"),
     "Index": ModuleSpec(Index, "index"),
@@ -87,4 +120,5 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "nn.LeakyReLU(0.1)": lambda: nn.LeakyReLU(0.1),
 }
 """The ``activation:`` strings a YAML may give (ultralytics spells them as constructor calls; they are
-matched as text, never run). Also accepted without ``nn.`` and ``()``, e.g. ``ReLU``."""
+matched as text, never run). Also accepted as ``torch.nn.ReLU()`` (yolov6.yaml's spelling) and without
+``nn.`` and ``()``, e.g. ``ReLU``."""

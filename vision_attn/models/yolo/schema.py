@@ -21,10 +21,13 @@ from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
 __all__ = ["Row", "DetectorSpec", "load_yaml", "parse_spec", "scale_from_name", "TOP_LEVEL_KEYS"]
 
 TOP_LEVEL_KEYS = ("nc", "scales", "depth_multiple", "width_multiple", "max_channels", "activation", "backbone",
-                  "head", "ch", "channels", "reg_max", "scale", "yaml_file", "kpt_shape")
+                  "head", "ch", "channels", "reg_max", "end2end", "scale", "yaml_file", "kpt_shape")
 """Keys a YAML may have; others are refused (with suggestions), so that a typo cannot pass unnoticed."""
 
 NAMES = ("nc",)
+
+MULTI_INPUT_KINDS = ("concat", "fuse", "detect")
+"""Module kinds whose row takes a list of inputs."""
 
 MAX_REPEATS = 64
 """Bounds that keep a hostile file from asking for unbounded memory or time."""
@@ -60,6 +63,8 @@ class DetectorSpec:
     activation: str | None
     source: str
     raw: dict[str, Any]
+    reg_max: int = 16
+    end2end: bool = False
 
 
 def scale_from_name(name: str) -> str | None:
@@ -123,6 +128,7 @@ def _activation(value: Any, label: str) -> str | None:
         return None
     if isinstance(value, str):
         key = value.strip()
+        key = key[len("torch."):] if key.startswith("torch.nn.") else key
         if key in ACTIVATIONS:
             return key
         spelled = f"nn.{key}" if not key.startswith("nn.") else key
@@ -201,9 +207,9 @@ def _check_row(row: Any, index: int, section: str, label: str) -> Row:
     if not isinstance(args, list):
         raise _fail(label, f"row {index} field 'args'", f"{args!r} must be a list (use [] for none)")
     _check_literal(args, label, f"row {index} field 'args'")
-    if len(inputs) > 1 and MODULES[module].kind not in ("concat", "detect"):
+    if len(inputs) > 1 and MODULES[module].kind not in MULTI_INPUT_KINDS:
         raise _fail(label, f"row {index} field 'from'",
-                    f"{module} takes one input; only Concat and Detect take a list of several")
+                    f"{module} takes one input; only Concat, CBFuse and the heads take a list of several")
     return Row(index, from_, repeats, module, list(args), section, inputs)
 
 
@@ -226,6 +232,15 @@ def parse_spec(source: str | Path | Mapping[str, Any], *, scale: str | None = No
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64:
             raise _fail(label, f"field {key!r}", f"{v!r} must be the input's channel count, 1 to 64")
     depth, width, cap, chosen = _scale(data, scale, label)
+    reg_max = data.get("reg_max", 16)
+    if not isinstance(reg_max, int) or isinstance(reg_max, bool) or not 1 <= reg_max <= 64:
+        raise _fail(label, "field 'reg_max'", f"{reg_max!r} must be the number of box-distance bins, 1 to 64 "
+                                              "(16 for YOLOv8/11, 1 for YOLO26)")
+    end2end = data.get("end2end", False)
+    if end2end is None:
+        end2end = False
+    if not isinstance(end2end, bool):
+        raise _fail(label, "field 'end2end'", f"{end2end!r} must be true or false")
     rows: list[Row] = []
     for section in ("backbone", "head"):
         part = data.get(section)
@@ -233,4 +248,7 @@ def parse_spec(source: str | Path | Mapping[str, Any], *, scale: str | None = No
             raise _fail(label, f"field {section!r}", "must be a non-empty list of rows [from, repeats, module, args]")
         for row in part:
             rows.append(_check_row(row, len(rows), section, label))
-    return DetectorSpec(rows, nc, depth, width, cap, chosen, activation, label, data)
+    if end2end and not any(MODULES[r.module].kind == "detect" for r in rows):
+        raise _fail(label, "field 'end2end'", "true, but no row is a detection head with a one-to-one branch; end "
+                                              "the rows with [[P3, P4, P5], 1, Detect, [nc]] or remove 'end2end'")
+    return DetectorSpec(rows, nc, depth, width, cap, chosen, activation, label, data, reg_max, end2end)
