@@ -34,7 +34,8 @@ def _build(cfg, say: Echo) -> tuple[Any, Any]:
     from vision_attn.tasks.det_datamodule import DetectionDataModule
     from vision_attn.tasks.detection import DetectionModule, load_detector_yaml
 
-    load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
+    if to_dict(cfg)["model"]["yaml"] is not None:  # None: the YAML inside model.pretrained (or the default)
+        load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
     datamodule = DetectionDataModule(**data_cfg)
     datamodule.scan()
