@@ -27,9 +27,10 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 # Trains a small ViT on the built-in handwritten digits (demo:digits) and prints its final accuracy
 # and run folder (runs/demo_digits/); `vision-attn demo` is the model-zoo tour.
 demo: $(STAMP)
-	$(VENV)/bin/vision-attn train cls --config configs/classify/demo_digits.yaml --overwrite
+	$(VENV)/bin/vision-attn train cls --config demo_digits --overwrite
 
 test: $(STAMP) $(TEST_STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 -m "not benchmark"
 
 benchmark: $(STAMP)

@@ -8,6 +8,8 @@ import torch
 from vision_attn.analysis import count_model_flops
 from vision_attn.analysis.benchmark import benchmark_models, call_seconds, percentile
 from vision_attn.cli import main
+from vision_attn.errors import ConfigError
+from vision_attn.models import create_model as vision_attn_create
 
 
 def _error(capsys) -> str:
@@ -17,7 +19,7 @@ def _error(capsys) -> str:
 
 
 def test_flops_yaml_json_and_tree(capsys):
-    assert main(["flops", "configs/detect/yolov8.yaml", "--scale", "n", "--json", "--by-module", "--depth", "1"]) == 0
+    assert main(["flops", "configs/models/yolov8.yaml", "--scale", "n", "--json", "--by-module", "--depth", "1"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["kind"] == "yaml" and d["input_shape"] == [1, 3, 640, 640] and d["params"] == 3_157_200
     assert 8.7 <= d["gflops"] <= 8.9
@@ -95,3 +97,23 @@ def test_timing_helpers():
     assert percentile(list(range(11)), 90) == pytest.approx(9)
     times = call_seconds(lambda: sum(range(1000)), 3)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_benchmark_adamw_step_and_shared_weights():
+    import timm
+
+    from vision_attn.analysis.benchmark import share_weights
+
+    ours = vision_attn_create("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=5)
+    twin = timm.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=5)
+    assert share_weights(ours, twin)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x), twin.eval()(x), atol=1e-5, rtol=1e-5)
+    assert not share_weights(ours, torch.nn.Linear(3, 4))  # another layout: each keeps its own
+    before = ours.head.weight.detach().clone()
+    (train,) = benchmark_models({"m": ours}, batch=2, img_size=32, rounds=1, iters=1, peak_flops=1e9, train=True,
+                                optimizer="adamw")
+    assert train.mode == "train" and not torch.equal(before, ours.head.weight)  # AdamW moved the weights
+    with pytest.raises(ConfigError, match="optimizer 'lamb'"):
+        benchmark_models({"m": ours}, batch=2, img_size=32, train=True, optimizer="lamb")

@@ -1,5 +1,6 @@
 """`vision-attn train cls / eval cls / predict cls` on generated folders: the run folder, its metrics,
 and one-line errors (exit 2) for each kind of bad input."""
+import importlib
 import json
 
 import pytest
@@ -136,3 +137,24 @@ def test_nan_loss_names_the_step(tiny, capsys):
     assert main(args) == 2
     err = _error(capsys)
     assert "the training loss is nan at step" in err and "lower model.lr" in err
+
+
+def test_bf16_mixed_training_reaches_the_fused_kernels(tiny, capsys, tmp_path, monkeypatch):
+    """``--precision bf16-mixed`` (``trainer.precision``): Lightning's bf16 autocast on the CPU, whose
+    linear layers run through vision_attn.layers.linear's oneDNN training path in bfloat16."""
+    linear_module = importlib.import_module("vision_attn.layers.linear")
+    if not linear_module.onednn_linear_available():
+        pytest.skip("oneDNN's fused linear is not available on this machine")
+    seen = []
+    original = linear_module._Linear.apply
+
+    def apply(x, weight, *args):
+        seen.append((x.dtype, weight.dtype, torch.is_autocast_enabled("cpu")))
+        return original(x, weight, *args)
+
+    monkeypatch.setattr(linear_module._Linear, "apply", apply)
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--precision", "bf16-mixed", "--trainer.max_epochs", "1"]) == 0
+    m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
+    assert m["precision"] == "bf16-mixed" and 0 <= m["val_top1"] <= 1
+    assert seen and all(s == (torch.bfloat16, torch.bfloat16, False) for s in seen)

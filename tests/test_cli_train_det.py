@@ -30,7 +30,7 @@ trainer:
 @pytest.fixture
 def tiny(tmp_path, monkeypatch, request):
     """A generated set (16 train / 8 val images) and a config for it, cwd = tmp_path."""
-    yaml_path = request.config.rootpath / "configs" / "detect" / "yolov8.yaml"
+    yaml_path = request.config.rootpath / "configs" / "models" / "yolov8.yaml"
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=8, seed=1))
     config = tmp_path / "tiny.yaml"
@@ -60,7 +60,8 @@ def test_train_det_writes_the_run_folder_then_resume_eval_and_predict(tiny, caps
     assert set(m["per_class_ap"]) == {str(i) for i in range(10)}
     assert m["params"] > 1e6 and m["gflops"] > 0 and m["ema"] is True and m["scale"] == "n"
     ckpt = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
-    assert "detector_yaml" in ckpt and ckpt["hyper_parameters"]["class_names"] == [str(i) for i in range(10)]
+    assert ckpt["task"] == "det" and "backbone" in ckpt["model_yaml"] and ckpt["model_scale"] == "n"
+    assert ckpt["hyper_parameters"]["class_names"] == [str(i) for i in range(10)]
 
     assert main(["train", "det", "--config", str(config), "--resume", "--trainer.max_epochs", "3"]) == 0
     capsys.readouterr()

@@ -6,7 +6,7 @@ import pytest
 
 from vision_attn.cli import main
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "detect"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
 def test_yaml_info_json(capsys):

@@ -19,7 +19,7 @@ from vision_attn.models.yolo import build_detector, insert_attention_text  # noq
 from vision_attn.models.yolo.modules import ATTENTION_ROWS  # noqa: E402
 from vision_attn.models.yolo.swin import MapSwin  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "detect"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
 def test_every_attention_row_is_registered():

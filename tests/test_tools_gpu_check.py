@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_gpu_check_dry_run(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--dry-run", "--models",
                            "vit_tiny_patch16_224", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| model | mode | batch | img/s (bf16) |" in proc.stdout
     d = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -21,4 +21,9 @@ def test_gpu_check_dry_run(tmp_path):
     assert ours["model"] == "vit_tiny_patch16_224" and theirs["model"] == "timm vit_tiny_patch16_224"
     assert ours["precision"] == "bf16" and ours["ratio"] > 0 and 0 < ours["mfu"]
     assert ours["flops_per_call"] == theirs["flops_per_call"]
-    assert d["lightning"]["steps"] == 2 and d["lightning"]["img_per_s"] > 0
+    assert [(t["task"], t["steps"]) for t in d["training"]] == [("cls", 2), ("det", 2)]
+    assert all(t["img_per_s"] > 0 and t["precision"] == "32-true" for t in d["training"])
+    loader = d["loader"]
+    assert loader["loader"]["images_per_s"] > 0 and loader["model_img_per_s"]["vit_tiny_patch16_224"] > 0
+    assert loader["device_decode_img_per_s"] > 0  # the dry run always measures the device decoder (on the CPU)
+    assert "| image-folder loader, 1 workers (PIL + augmentations) |" in proc.stdout

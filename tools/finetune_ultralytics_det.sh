@@ -15,7 +15,7 @@ evaluate() { $VA eval det --checkpoint "$1" --data demo:digit-boxes --workers 2 
 evaluate "$BEST" source
 $VA yaml insert --checkpoint "$BEST" --block CBAM --after C2f -o "$OUT/cbam.yaml" --checkpoint-out "$OUT/cbam.pt"
 evaluate "$OUT/cbam.pt" inserted
-COMMON=(--config configs/detect/demo_digit_boxes_cbam.yaml --model.yaml "$OUT/cbam.yaml" --runs_dir "$OUT"
+COMMON=(--config configs/train/detect/demo_digit_boxes_cbam.yaml --model.yaml "$OUT/cbam.yaml" --runs_dir "$OUT"
         --trainer.max_epochs "$EPOCHS" --overwrite true)
 $VA train det "${COMMON[@]}" --name finetuned --model.pretrained "$OUT/cbam.pt"
 evaluate "$OUT/finetuned/last.ckpt" finetuned

@@ -9,11 +9,19 @@ For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weigh
 - inference at bf16 autocast, eager and torch.compile, ours and timm alternating in one process
   (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
   model FLOP utilisation against a bf16 matrix-multiply peak measured at the start;
-then a few Lightning training steps of the digits demo config (configs/classify/demo_digits.yaml)
-on ``accelerator="gpu"``. Prints a Markdown table and writes gpu_check.json to --out (default: $OUT
-if set, else the current folder). ``--dry-run`` runs every step on the CPU with ViT-Ti instead of
-ViT-B, batch 1, one round, two Lightning steps and no torch.compile (minutes of compiling on a
-CPU), to check the script itself.
+then:
+- ``train cls`` (the digits demo, configs/train/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
+  demo:digit-boxes, configs/train/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
+  for ``--train-steps`` steps each, bf16-mixed, eager and with ``--model.compile``;
+- the loader against the model: images/s of the image-folder train pipeline at 224 px (JPEG photos,
+  PIL decoding and the train augmentations in ``--workers`` processes, default: all CPUs) against
+  images/s of AdamW training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and, when the
+  loader is the slower, of :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's
+  JPEGs decoded by ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
+Prints Markdown tables and writes gpu_check.json to --out (default: $OUT if set, else the current
+folder). ``--dry-run`` runs every step on the CPU with ViT-Ti instead of ViT-B, batch 1, one round,
+two Lightning steps, a few images, the device decoder on the CPU, and no torch.compile (minutes of
+compiling on a CPU), to check the script itself.
 """
 from __future__ import annotations
 
@@ -23,13 +31,17 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import timm
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import vision_attn  # noqa: E402
+from bench_data import make_photos, pipeline_rate  # noqa: E402
 from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin  # noqa: E402
 from vision_attn.analysis.tables import to_markdown  # noqa: E402
 
@@ -62,20 +74,69 @@ def parity(name: str, img: int, device: str) -> dict[str, float]:
     return out
 
 
-def lightning_steps(device: str, steps: int, runs_dir: str) -> dict[str, float]:
-    """A few training steps of the digits demo on ``accelerator=gpu`` (cpu in a dry run)."""
-    from vision_attn.tasks import train_classifier
+TRAIN_CONFIGS = {"cls": "configs/train/classify/demo_digits.yaml", "det": "configs/train/detect/demo_digit_boxes.yaml"}
 
-    argv = ["--config", "configs/classify/demo_digits.yaml", "--name", "gpu_check", "--runs_dir", runs_dir,
+
+def lightning_steps(task: str, device: str, steps: int, runs_dir: str, compile: bool = False,
+                    workers: int = 0) -> dict:
+    """``train cls`` / ``train det`` for ``steps`` steps on ``accelerator=gpu`` in bf16-mixed (in a dry
+    run: the CPU, fp32), with or without ``--model.compile``."""
+    from vision_attn.tasks import train_classifier, train_detector
+
+    name = f"gpu_check_{task}{'_compiled' if compile else ''}"
+    argv = ["--config", os.path.join(ROOT, TRAIN_CONFIGS[task]), "--name", name, "--runs_dir", runs_dir,
             "--overwrite", "true", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
             "--trainer.devices", "1", "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "2",
-            "--data.num_workers", "0", "--data.persistent_workers", "false"]
+            "--trainer.check_val_every_n_epoch", "1", "--trainer.enable_progress_bar", "false",
+            "--data.num_workers", str(workers), "--data.persistent_workers", str(workers > 0).lower(),
+            "--model.compile", str(compile).lower()]
     if device == "cuda":
         argv += ["--trainer.precision", "bf16-mixed", "--threads", "4"]
-    m = train_classifier(argv, echo=lambda _line: None).metrics
-    images = m["global_step"] * 32  # the config's batch size
-    return {"steps": m["global_step"], "fit_time_s": m["fit_time_s"], "img_per_s": images / m["fit_time_s"],
-            "gmacs_per_image": m["gmacs"], "precision": m["precision"]}
+    train = train_classifier if task == "cls" else train_detector
+    m = train(argv, echo=lambda _line: None).metrics
+    batch = 32  # both configs' batch size
+    return {"task": task, "compiled": compile, "steps": m["global_step"], "fit_time_s": m["fit_time_s"],
+            "img_per_s": m["global_step"] * batch / m["fit_time_s"], "precision": m["precision"],
+            "gmacs_per_image": m["gmacs"] if "gmacs" in m else m["gflops"] / 2}
+
+
+def loader_against_model(device: str, workers: int, images: int, batch: int, models: list[str],
+                         decode_batches: int) -> dict:
+    """Images/s of the train pipeline at 224 px (``workers`` processes) against those of bf16 AdamW
+    training steps of ``models``; and of the device decoder when the loader is the slower."""
+    from torchvision.io import read_file
+
+    from vision_attn.data.device_decode import DeviceDecodeAugment
+
+    out: dict = {"workers": workers, "images": images, "batch": batch}
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = make_photos(Path(tmp), images)
+        out["loader"] = pipeline_rate(samples, workers, batch, epochs=1)
+        rates = {}
+        for name in models:
+            (r,) = benchmark_models({name: vision_attn.create_model(name)}, batch=batch, img_size=224, device=device,
+                                    precision="bf16", train=True, optimizer="adamw", rounds=3 if device == "cuda" else 1,
+                                    iters=5 if device == "cuda" else 1, warmup=2 if device == "cuda" else 1)
+            rates[name] = r.throughput
+        out["model_img_per_s"] = rates
+        out["loader_is_bottleneck"] = out["loader"]["images_per_s"] < max(rates.values())
+        if out["loader_is_bottleneck"] or device == "cpu":
+            files = [read_file(p) for p, _ in samples]
+            aug = DeviceDecodeAugment(224, device)
+            chunks = [files[i:i + batch] for i in range(0, len(files) - batch + 1, batch)]
+            aug(chunks[0])  # warm-up: the decoder's handles, the kernels
+            _sync(device)
+            start, n = time.perf_counter(), 0
+            for i in range(decode_batches):
+                n += aug(chunks[i % len(chunks)]).shape[0]
+            _sync(device)
+            out["device_decode_img_per_s"] = n / (time.perf_counter() - start)
+    return out
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -86,13 +147,17 @@ def main() -> None:
     ap.add_argument("--img-size", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--train-steps", type=int, default=30, help="Lightning steps of the digits demo")
+    ap.add_argument("--train-steps", type=int, default=300, help="Lightning steps of train cls and train det")
+    ap.add_argument("--workers", type=int, default=os.cpu_count(), help="loader processes (default: all CPUs)")
+    ap.add_argument("--images", type=int, default=1024, help="JPEG photos for the loader measurement")
+    ap.add_argument("--loader-batch", type=int, default=128, help="batch of the loader and model measurement")
     ap.add_argument("--dry-run", action="store_true", help="CPU, vit_tiny and swin_tiny, batch 1, one round, no compile")
     args = ap.parse_args()
     device = "cpu" if args.dry_run else "cuda"
     if args.dry_run:
         args.batch, args.rounds, args.iters, args.train_steps = 1, 1, 1, 2
         args.models = args.models.replace("vit_base", "vit_tiny")
+        args.workers, args.images, args.loader_batch = 1, 8, 4
     elif not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --dry-run to check the script on the CPU")
     t0 = time.time()
@@ -117,10 +182,19 @@ def main() -> None:
             if device == "cuda":
                 torch.cuda.empty_cache()
     info["seconds_models"] = round(time.time() - t0, 1)
+    train = []
     with tempfile.TemporaryDirectory() as runs:
-        train = lightning_steps(device, args.train_steps, runs)
+        for task in ("cls", "det"):
+            for compiled in ([False] if args.dry_run else [False, True]):
+                train.append(lightning_steps(task, device, args.train_steps, runs, compiled,
+                                             workers=0 if args.dry_run else min(args.workers, 8)))
+    for t in train:
+        t["mfu"] = 3 * 2e9 * t["gmacs_per_image"] * t["img_per_s"] / peak
+    info["seconds_training"] = round(time.time() - t0, 1)
+    loader_models = ["vit_tiny_patch16_224"] if args.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
+    loader = loader_against_model(device, args.workers, args.images, args.loader_batch, loader_models,
+                                  decode_batches=2 if args.dry_run else 16)
     info["seconds_total"] = round(time.time() - t0, 1)
-    train["mfu"] = 3 * 2e9 * train["gmacs_per_image"] * train["img_per_s"] / peak
 
     print(json.dumps(checks, indent=1))
     rows = [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
@@ -128,13 +202,21 @@ def main() -> None:
             for r in results]
     print("\n" + to_markdown(["model", "mode", "batch", "img/s (bf16)", "latency ms", "peak MiB", "MFU", "vs timm"],
                              rows))
-    print(f"Lightning, digits demo ({train['precision']}): {train['steps']} steps, {train['img_per_s']:.0f} img/s "
-          f"including start-up, MFU {100 * train['mfu']:.2f}% (a 1.2 M-parameter model: launch-bound)")
+    print("\n" + to_markdown(
+        ["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
+        [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
+          f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train]))
+    lrows = [[f"image-folder loader, {loader['workers']} workers (PIL + augmentations)", f"{loader['loader']['images_per_s']:.0f}"]]
+    lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
+    if "device_decode_img_per_s" in loader:
+        lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
+                      f"{loader['device_decode_img_per_s']:.0f}"])
+    print("\n" + to_markdown(["224 px", "images/s"], lrows))
     print(f"total {time.time() - t0:.0f} s")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-        json.dump({"info": info, "checks": checks, "results": [r.to_dict() for r in results], "lightning": train},
-                  f, indent=1)
+        json.dump({"info": info, "checks": checks, "results": [r.to_dict() for r in results], "training": train,
+                   "loader": loader}, f, indent=1)
 
 
 if __name__ == "__main__":

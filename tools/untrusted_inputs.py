@@ -122,10 +122,11 @@ def _warm_up() -> None:
     import pytorch_lightning  # noqa: F401
 
     import vision_attn.cli  # noqa: F401
+    from vision_attn.tasks import get_task
     from vision_attn.tasks.config import build_train_parser
 
-    build_train_parser("cls")
-    build_train_parser("det")
+    build_train_parser(get_task("cls"))
+    build_train_parser(get_task("det"))
 
 
 def run_all() -> list[dict[str, object]]:

@@ -62,7 +62,7 @@ def test_resnet50_and_yolov8n_figures(tmp_path):
     report = count_flops(load_target("resnet50").model, 224)
     assert report.params == 25_557_032
     assert report.gmacs == pytest.approx(4.1, abs=0.02)
-    target = load_target("configs/detect/yolov8.yaml", scale="n")
+    target = load_target("configs/models/yolov8.yaml", scale="n")
     assert (target.kind, target.img_size) == ("yaml", 640)
     report = count_flops(target.model, target.img_size)
     assert report.params == 3_157_200
@@ -108,7 +108,7 @@ def test_module_tree_sums_and_nests():
 
 
 def test_detection_checkpoint_names_its_yaml(tmp_path):
-    hp = {"yaml": "configs/detect/yolov8.yaml", "scale": "n", "num_classes": 3}
+    hp = {"yaml": "configs/models/yolov8.yaml", "scale": "n", "num_classes": 3}
     torch.save({"hyper_parameters": hp, "datamodule_hyper_parameters": {"img_size": 160}, "state_dict": {}},
                tmp_path / "best.ckpt")
     target = load_target(tmp_path)

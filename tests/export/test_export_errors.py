@@ -62,8 +62,8 @@ def test_checkpoint_of_another_model_names_the_keys(tmp_path, capsys):
 
 def test_detector_checkpoint_of_another_scale(tmp_path, capsys):
     ckpt = tmp_path / "s.pt"
-    torch.save(vision_attn.build_detector("configs/detect/yolov8.yaml", scale="s").state_dict(), ckpt)
-    assert main(["export", "onnx", "--yaml", "configs/detect/yolov8.yaml", "--scale", "n", "--checkpoint", str(ckpt),
+    torch.save(vision_attn.build_detector("configs/models/yolov8.yaml", scale="s").state_dict(), ckpt)
+    assert main(["export", "onnx", "--yaml", "configs/models/yolov8.yaml", "--scale", "n", "--checkpoint", str(ckpt),
                  "-o", str(tmp_path / "d.onnx")]) == 2
     err = capsys.readouterr().err
     assert "shape mismatch" in err and "model.0.conv.weight" in err and "--scale" in err
@@ -78,7 +78,7 @@ def test_cli_export_verify(tmp_path, capsys):
 
 
 def test_nms_needs_one_image_and_a_detector(tmp_path, capsys):
-    args = ["export", "onnx", "--yaml", "configs/detect/yolov8.yaml", "--img-size", "64", "--nms", "--dynamic-batch",
+    args = ["export", "onnx", "--yaml", "configs/models/yolov8.yaml", "--img-size", "64", "--nms", "--dynamic-batch",
             "-o", str(tmp_path / "d.onnx")]
     assert main(args) == 2
     assert "--nms exports one image per call" in capsys.readouterr().err

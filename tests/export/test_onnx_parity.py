@@ -15,7 +15,7 @@ from vision_attn.export.verify import verify_onnx  # noqa: E402
 CASES = [  # (source, img_size, exporter); Swin: test_onnx_swin.py
     ({"model": "vit_tiny_patch16_224"}, 64, "dynamo"),
     ({"model": "deit_tiny_distilled_patch16_224"}, 64, "torchscript"),  # dynamo: vit_tiny, yolov8n-cbam
-    ({"yaml": "configs/detect/yolov8-cbam.yaml", "scale": "n"}, 128, "dynamo"),
+    ({"yaml": "configs/models/yolov8-cbam.yaml", "scale": "n"}, 128, "dynamo"),
 ]
 
 
@@ -76,7 +76,7 @@ def test_deit_distilled_exports_the_eval_average(tmp_path):
 
 def test_detector_graph_decodes_boxes(tmp_path):
     """A YAML detector without attention rows: (B, 4 + nc, anchors), boxes in input pixels."""
-    dep = load_deployable(yaml="configs/detect/yolov8.yaml", scale="n", img_size=(96, 128))
+    dep = load_deployable(yaml="configs/models/yolov8.yaml", scale="n", img_size=(96, 128))
     calibrate_batchnorm(dep.model, dep.input_size)
     path = tmp_path / "det.onnx"
     export_onnx(dep.model, path, dep.input_size, exporter="torchscript")
@@ -95,7 +95,7 @@ def test_detector_with_nms_matches_postprocess(tmp_path):
     from vision_attn.export.sample import letterbox_input
     from vision_attn.models.yolo.postprocess import postprocess
 
-    dep = load_deployable(yaml="configs/detect/yolov8-cbam.yaml", scale="n", img_size=128)
+    dep = load_deployable(yaml="configs/models/yolov8-cbam.yaml", scale="n", img_size=128)
     calibrate_batchnorm(dep.model, dep.input_size)
     model = DetectorWithNMS(dep.model, conf=0.0, iou=0.5).eval()
     path = tmp_path / "nms.onnx"

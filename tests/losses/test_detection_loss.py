@@ -60,7 +60,7 @@ def test_dfl_and_ciou_pieces():
 
 
 def test_gradients_reach_both_branches_and_empty_images_give_a_finite_loss():
-    model = build_detector("configs/detect/yolov8.yaml", scale="n", num_classes=3).train()
+    model = build_detector("configs/models/yolov8.yaml", scale="n", num_classes=3).train()
     x = torch.rand(2, 3, 64, 64)
     loss = DetectionLoss(model)
     parts = loss(model(x), [torch.tensor([[8.0, 8.0, 40.0, 30.0]]), torch.zeros(0, 4)],
@@ -81,7 +81,7 @@ def test_gradients_reach_both_branches_and_empty_images_give_a_finite_loss():
 def test_matches_ultralytics_v8_detection_loss():
     ul_loss = import_ultralytics("ultralytics.utils.loss")
     torch.manual_seed(0)
-    model = build_detector("configs/detect/yolov8.yaml", scale="n", num_classes=4).train()
+    model = build_detector("configs/models/yolov8.yaml", scale="n", num_classes=4).train()
     model.args = SimpleNamespace(box=7.5, cls=0.5, dfl=1.5)
     size = 96
     feats = [f.detach().requires_grad_(False) for f in model(torch.rand(3, 3, size, size))]

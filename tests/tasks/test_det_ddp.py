@@ -13,7 +13,7 @@ from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 
 SCRIPT = textwrap.dedent("""
     import sys
-    from vision_attn.tasks.det_train import train_detector
+    from vision_attn.tasks.detect.fit import train_detector
 
     if __name__ == "__main__":
         root, runs, model_yaml = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_detection_ddp_two_processes_bf16(tmp_path):
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=5, seed=2))
-    model_yaml = Path(__file__).resolve().parents[2] / "configs" / "detect" / "yolov8.yaml"
+    model_yaml = Path(__file__).resolve().parents[2] / "configs" / "models" / "yolov8.yaml"
     script = tmp_path / "ddp_det.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}

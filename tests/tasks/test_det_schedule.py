@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from vision_attn.tasks.det_schedule import WarmupDecay
-from vision_attn.tasks.detection import detector_param_groups
+from vision_attn.tasks.detect.schedule import WarmupDecay
+from vision_attn.tasks.detect.module import detector_param_groups
 
 
 def _schedule(**kw):

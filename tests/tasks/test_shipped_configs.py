@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from vision_attn.tasks.config import parse_train_config, to_dict
+from vision_attn.tasks import parse_train_config
+from vision_attn.tasks.config import to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "configs" / "classify"
-DETECT_TRAINING = sorted((ROOT / "configs" / "detect").glob("demo_*.yaml"))  # the others are model YAMLs
+CONFIGS = ROOT / "configs" / "train" / "classify"
+DETECT_TRAINING = sorted((ROOT / "configs" / "train" / "detect").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)

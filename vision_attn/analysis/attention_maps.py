@@ -27,6 +27,7 @@ from torch import nn
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure
 from vision_attn.layers import record_attention
+from vision_attn.layers.swin_block import SwinBlock
 
 __all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps",
            "swin_window_maps", "vit_maps"]
@@ -86,8 +87,6 @@ def vit_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
 
 def swin_window_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     """Attention received per token within its window, first (unshifted) block of each stage."""
-    from vision_attn.layers.swin_block import SwinBlock
-
     blocks = [(n, m) for n, m in model.named_modules() if isinstance(m, SwinBlock) and not any(m.shift_size)]
     captured: list[tuple[str, tuple[int, ...], torch.Tensor, SwinBlock]] = []
 
@@ -144,8 +143,6 @@ def cbam_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
 
 def attention_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     """The maps this model has: Swin window attention, ViT rollout and heads, or CBAM spatial gates."""
-    from vision_attn.layers.swin_block import SwinBlock
-
     mods = list(model.modules())
     if any(isinstance(m, SwinBlock) for m in mods):
         return swin_window_maps(model, x)

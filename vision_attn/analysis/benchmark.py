@@ -27,16 +27,19 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
 from vision_attn.layers.linear import onednn_linear_available
 
 __all__ = [
     "BenchResult", "PeakTensorMemory", "alternate", "benchmark_models", "call_seconds", "matmul_peak",
-    "median_ratio", "percentile", "rss_mb", "rss_peak_mb", "rss_rise_mb", "tensor_peak_mb", "timm_twin",
-    "PRECISIONS",
+    "median_ratio", "percentile", "rss_mb", "rss_peak_mb", "rss_rise_mb", "share_weights", "tensor_peak_mb",
+    "timm_twin", "OPTIMIZERS", "PRECISIONS",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
+"""The optimisers a timed training step can end with (learning rate 1e-4, PyTorch's defaults otherwise)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -269,6 +272,16 @@ def timm_twin(name: str, img_size: int | None = None) -> nn.Module:
     return timm.create_model(name, pretrained=False)
 
 
+def share_weights(model: nn.Module, source: nn.Module) -> bool:
+    """Load ``source``'s state dict into ``model`` when their keys and shapes agree (ours and timm's
+    ViT and Swin do), so that both compute the same function; returns whether it did."""
+    try:
+        model.load_state_dict(source.state_dict())
+    except RuntimeError:  # another layout: each keeps its own weights
+        return False
+    return True
+
+
 def _loss(out: Any) -> torch.Tensor:
     tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
     return sum(t.float().mean() for t in tensors)  # type: ignore[return-value]
@@ -279,14 +292,14 @@ class _Runner:
     optimiser for training steps."""
 
     def __init__(self, model: nn.Module, batch: int, img_size: tuple[int, int], device: torch.device,
-                 precision: str, compile: bool, channels_last: bool, train: bool) -> None:
+                 precision: str, compile: bool, channels_last: bool, train: bool, optimizer: str = "sgd") -> None:
         self.device, self.train_mode, self.precision = device, train, precision
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         self.model = model.to(device=device, memory_format=fmt).train(train)
         chans = getattr(getattr(model, "patch_embed", None), "in_chans", 3)
         self.x = torch.randn(batch, chans, *img_size, device=device).contiguous(memory_format=fmt)
         self.fn = torch.compile(self.model) if compile else self.model
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-4) if train else None
+        self.opt = OPTIMIZERS[optimizer](self.model.parameters(), lr=1e-4) if train else None
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.precision == "fp32":
@@ -306,9 +319,7 @@ class _Runner:
         self.opt.step()
 
     def count_flops(self) -> int:
-        """FLOPs of one call, counted on the eager model (fused attention included)."""
-        from vision_attn.analysis.flops import flop_counter
-
+        """FLOPs of one call, counted on the eager model (fused attention and oneDNN linear included)."""
         with flop_counter() as counter:
             self.step(self.model)
         return counter.get_total_flops()
@@ -331,6 +342,7 @@ def benchmark_models(
     compile: bool = False,
     channels_last: bool = False,
     train: bool = False,
+    optimizer: str = "sgd",
     rounds: int = 5,
     iters: int = 5,
     warmup: int = 2,
@@ -342,18 +354,23 @@ def benchmark_models(
 
     Every model is warmed up (``warmup`` calls, plus compilation with ``compile``), then timed for
     ``rounds`` rounds of ``iters`` calls, the order of the models alternating every round. ``train``
-    times a training step (forward, a mean loss, backward, an SGD step) instead of inference.
+    times a training step (forward, a mean loss, backward, an ``optimizer`` step: a key of
+    :data:`OPTIMIZERS`) instead of inference; ``precision="bf16"`` runs under bf16 autocast, which is
+    what Lightning's ``bf16-mixed`` does.
     ``peak_flops``: the FLOP/s that MFU is relative to (default: :func:`matmul_peak` measured now).
     ``pairs``: label -> label of the model it is compared with; those results get ``ratio``.
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
     if batch < 1 or rounds < 1 or iters < 1 or warmup < 0:
         raise ConfigError(f"batch, rounds and iters must be at least 1 (got {batch}, {rounds}, {iters})")
     device = torch.device(device)
     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     peak = peak_flops or matmul_peak(device, precision)
-    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train) for k, m in models.items()}
+    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train, optimizer)
+               for k, m in models.items()}
     flops = {k: r.count_flops() for k, r in runners.items()}
     for k, r in runners.items():
         for _ in range(max(warmup, 1)):

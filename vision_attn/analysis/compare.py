@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from vision_attn.analysis.benchmark import benchmark_models
+from vision_attn.analysis.flops import count_flops
+from vision_attn.analysis.targets import load_target
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure
 from vision_attn.io.json import read_json
@@ -71,8 +74,6 @@ def read_run_metrics(run: str | os.PathLike) -> dict[str, Any]:
 
 
 def _latency_ms(model, img_size: int, peak: float) -> float:
-    from vision_attn.analysis.benchmark import benchmark_models
-
     (result,) = benchmark_models({"m": model}, batch=1, img_size=img_size, device="cpu", rounds=3, iters=3,
                                  warmup=1, peak_flops=peak)
     return result.latency_ms
@@ -83,9 +84,6 @@ def compare(targets: Sequence[str | os.PathLike], *, latency: bool = True, img_s
     """One row per target: a run folder (with ``metrics.json``) or anything ``vision-attn flops``
     takes (model name, detector YAML, checkpoint). ``img_size`` overrides the size models are
     counted and timed at (default: a run's own, a model's own)."""
-    from vision_attn.analysis.flops import count_flops
-    from vision_attn.analysis.targets import load_target
-
     if not targets:
         raise ConfigError("compare: give run folders or model names")
     peak = 1.0  # MFU is not reported here; skip measuring the matmul peak

@@ -12,7 +12,7 @@ import torch
 
 from vision_attn.analysis.flops import count_flops
 from vision_attn.errors import ConfigError
-from vision_attn.models.yolo import build_detector
+from vision_attn.models.yolo import build_detector, load_yaml
 
 __all__ = ["YamlLayer", "YamlInfo", "yaml_info", "compare_yaml"]
 
@@ -88,8 +88,6 @@ def compare_yaml(before: str | Path | Mapping[str, Any], after: str | Path | Map
                  img_size: int = 640) -> list[dict[str, Any]]:
     """Parameters and GFLOPs of two versions of a YAML at every scale the first defines (or once
     without scales): one dict per scale with ``params_before/after`` and ``gflops_before/after``."""
-    from vision_attn.models.yolo import load_yaml
-
     data, _ = load_yaml(before)
     scales = list(data.get("scales") or {}) or [None]
     rows = []

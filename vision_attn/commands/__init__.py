@@ -1,8 +1,10 @@
 """Subcommands of ``vision-attn`` kept in their own files (argument parsing and printing only).
 
-Each module here defines ``register(sub)``, which adds its parser(s) to the ``vision-attn`` subparsers
-and sets ``func=(args, console) -> int`` as their default. :func:`vision_attn.cli.build_parser` calls
-every module's ``register`` in name order, so a new command is a new file, not an edit of ``cli.py``.
+The rule: every subcommand is one file here named after it (``eval.py`` serves ``eval cls|det``), which
+defines ``register(sub)``: it adds its parser(s) to the ``vision-attn`` subparsers and sets
+``func=(args, console) -> int`` as their default. :func:`vision_attn.cli.build_parser` calls every
+module's ``register`` in name order, so a new command is a new file, not an edit of ``cli.py``. Files
+whose name starts with ``_`` are helpers, not commands.
 Modules import heavy dependencies (onnx, matplotlib, Lightning) inside their command functions so that
 ``vision-attn --help`` stays fast.
 """
@@ -11,8 +13,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+from typing import Sequence
 
-__all__ = ["ImgSize", "register_all"]
+__all__ = ["ImgSize", "register_all", "CONVENTIONS", "CONVENTIONS_LINE", "size_text"]
+
+CONVENTIONS = {
+    "macs": "MACs: multiply-accumulates, what papers call FLOPs",
+    "flops": "FLOPs = 2 x MACs, torch.utils.flop_counter's convention",
+    "attention": "fused attention (scaled_dot_product_attention) is counted",
+}
+CONVENTIONS_LINE = "; ".join(CONVENTIONS.values()) + "."
+
+
+def size_text(hw: Sequence[int]) -> str:
+    """``224x224``: sizes as the tables print them."""
+    return "x".join(str(s) for s in hw)
 
 
 class ImgSize(argparse.Action):
@@ -28,6 +43,6 @@ class ImgSize(argparse.Action):
 def register_all(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the parsers of every module in this package to ``sub``."""
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):  # helpers of cli.py's own parsers (e.g. _detection: the det task)
+        if info.name.startswith("_"):  # helpers, not commands
             continue
         importlib.import_module(f"{__name__}.{info.name}").register(sub)

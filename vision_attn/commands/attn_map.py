@@ -43,7 +43,7 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("attn-map: give exactly one of --model NAME or --checkpoint CKPT")
     image = read_image(args.image)
     if args.checkpoint:
-        from vision_attn.tasks.inference import load_classifier
+        from vision_attn.tasks import load_classifier
 
         clf = load_classifier(args.checkpoint)
         model, label = clf.model, f"{clf.hparams['name']} ({args.checkpoint})"

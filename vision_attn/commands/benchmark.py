@@ -35,7 +35,7 @@ def rows_of(results: list) -> list[list[Any]]:
 def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin
+    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, share_weights, timm_twin
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
 
@@ -47,7 +47,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(f"--vs {args.vs!r}: only timm is supported")
     log = (lambda line: console.print(line, style="dim", markup=False)) if args.verbose else None
     peak = matmul_peak(device, args.precision)
-    results = []
+    results, shared = [], True
     for batch in batches:
         models, pairs = {}, {}
         img_size = args.img_size
@@ -56,16 +56,19 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
             img_size = img_size or target.img_size or 224
             models[target.name] = target.model
             if args.vs == "timm":
-                models[f"timm {name}"] = timm_twin(name, args.img_size)
+                models[f"timm {name}"] = twin = timm_twin(name, args.img_size)
+                shared = share_weights(target.model, twin) and shared
                 pairs[target.name] = f"timm {name}"
         results += benchmark_models(models, batch=batch, img_size=img_size, device=device, precision=args.precision,
                                     compile=args.compile, channels_last=args.channels_last, train=args.train,
+                                    optimizer=args.optimizer,
                                     rounds=args.rounds, iters=args.iters, warmup=args.warmup, peak_flops=peak,
                                     pairs=pairs, log=log)
-    mode = "training step" if args.train else "inference"
+    mode = f"training step ({args.optimizer})" if args.train else "inference"
     title = (f"{mode}, {args.precision}{', compiled' if args.compile else ''}"
              f"{', channels-last' if args.channels_last else ''} on {device}, {results[0].img_size[0]}x"
-             f"{results[0].img_size[1]}; MFU against a measured matmul peak of {peak / 1e9:.0f} GFLOP/s")
+             f"{results[0].img_size[1]}; MFU against a measured matmul peak of {peak / 1e9:.0f} GFLOP/s"
+             f"{'; timm weights loaded into ours' if args.vs == 'timm' and shared else ''}")
     if args.json:
         print(json.dumps({"title": title, "matmul_peak_flops": peak, "results": [r.to_dict() for r in results]},
                          indent=2))
@@ -96,7 +99,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")
-    p.add_argument("--train", action="store_true", help="time a training step (forward, backward, SGD) instead")
+    p.add_argument("--train", action="store_true", help="time a training step (forward, backward, optimiser) instead")
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="the training step's optimiser")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--scale", default=None, help="a detector YAML's scale letter")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")

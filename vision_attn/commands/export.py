@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import tempfile
 
 from rich.console import Console
 from rich.table import Table
@@ -17,9 +15,18 @@ from vision_attn.errors import ConfigError
 DEFAULT_OPSET = 18  # vision_attn.export.DEFAULT_OPSET, repeated so that --help does not import torch
 
 
-def _source_args(args: argparse.Namespace) -> dict:
-    return {"model": args.model, "checkpoint": args.checkpoint, "yaml": args.yaml, "scale": args.scale,
-            "img_size": args.img_size}
+def _deployable(args: argparse.Namespace, console: Console, what: str):
+    """The network ``--model``/``--checkpoint``/``--yaml`` name (its notes printed), once ``-o`` is checked."""
+    from vision_attn.export import load_deployable
+
+    if args.output is None:
+        raise ConfigError(f"export {args.format}: say where to write {what} with -o {what}")
+    _check_folder(args.output)
+    dep = load_deployable(model=args.model, checkpoint=args.checkpoint, yaml=args.yaml, scale=args.scale,
+                          img_size=args.img_size)
+    for note in dep.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    return dep
 
 
 def _check_folder(output: str) -> str:
@@ -49,15 +56,10 @@ def _print_parity(report, console: Console) -> None:
 def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from vision_attn.export import export_onnx, load_deployable
+    from vision_attn.export import export_onnx
     from vision_attn.export.verify import verify_onnx
 
-    if args.output is None:
-        raise ConfigError("export onnx: say where to write the file with -o OUT.onnx")
-    _check_folder(args.output)
-    dep = load_deployable(**_source_args(args))
-    for note in dep.notes:
-        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    dep = _deployable(args, console, "OUT.onnx")
     model, exporter = dep.model, args.exporter or "dynamo"
     outputs = ["boxes_scores"] if dep.kind == "detector" else ["logits"]
     out_desc = ("(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
@@ -66,7 +68,7 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
         from vision_attn.export.nms import DetectorWithNMS
 
         if dep.kind != "detector":
-            raise ConfigError("--nms applies to detectors (--yaml); a classifier has no boxes")
+            raise ConfigError("--nms applies to detectors (--yaml or a detection run); a classifier has no boxes")
         if args.dynamic_batch or args.exporter == "dynamo":
             raise ConfigError("--nms exports one image per call with the TorchScript exporter (torch.export cannot "
                               "hold a data-dependent box count): drop --dynamic-batch and --exporter dynamo")
@@ -90,59 +92,29 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _latency_ms(steps: dict, batch: int, rounds: int) -> dict[str, float]:
-    from vision_attn.analysis.benchmark import alternate
-
-    for fn in steps.values():  # warm-up
-        fn()
-    rows = alternate(steps, rounds=rounds, iters=1, items=batch)
-    return {k: 1e3 * batch / statistics.median(r[k] for r in rows) for k in steps}
-
-
 def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from vision_attn.data import eval_transforms
-    from vision_attn.export import export_onnx, load_deployable
-    from vision_attn.export.quantize import folder_accuracy, onnx_predictor, quantize_onnx
+    from vision_attn.export.quantize import quantize_and_compare
 
-    if args.output is None:
-        raise ConfigError("export quantize: say where to write the INT8 file with -o OUT.int8.onnx")
-    if args.yaml is not None:
-        raise ConfigError("export quantize covers classifiers (ViT, DeiT, Swin): their linear layers; "
-                          "a convolutional detector gains little from dynamic INT8: export it with `export onnx`")
-    _check_folder(args.output)
-    dep = load_deployable(**_source_args(args))
-    for note in dep.notes:
-        console.print(f"note: {note}", markup=False, soft_wrap=True)
-    if args.data is not None and dep.classes is None:
-        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME/best.ckpt (its class "
-                          "names map the folder's classes to outputs)")
-    folder = _check_folder(args.output)
+    dep = _deployable(args, console, "OUT.int8.onnx")
+    if dep.kind == "detector":
+        console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
+                      "so expect little change", markup=False, soft_wrap=True)
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".fp32-") as tmp:
-        fp32_path = args.fp32_output or os.path.join(tmp, "model.onnx")
-        export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=args.opset,
-                    exporter=args.exporter or "dynamo")
-        quantize_onnx(fp32_path, args.output)
-        fp32, int8 = onnx_predictor(fp32_path), onnx_predictor(args.output)
-        table = Table(title=f"{dep.label}: dynamic INT8 (onnxruntime) vs FP32")
-        table.add_column("quantity")
-        table.add_column("FP32", justify="right")
-        table.add_column("INT8", justify="right")
-        table.add_column("change", justify="right")
-        size32, size8 = os.path.getsize(fp32_path) / 2**20, os.path.getsize(args.output) / 2**20
-        table.add_row("file MiB", f"{size32:.2f}", f"{size8:.2f}", f"{size8 / size32:.2f}x")
-        x = torch.randn(args.batch, 3, *dep.input_size)
-        ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, args.batch, args.rounds)
-        table.add_row(f"latency ms, batch {args.batch}", f"{ms['fp32']:.2f}", f"{ms['int8']:.2f}",
-                      f"{ms['fp32'] / ms['int8']:.2f}x faster")
-        if args.data is not None:
-            transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
-            acc32, n = folder_accuracy(fp32, args.data, transform, dep.classes)
-            acc8, _ = folder_accuracy(int8, args.data, transform, dep.classes)
-            table.add_row(f"top-1 on {n} images", f"{100 * acc32:.2f}%", f"{100 * acc8:.2f}%",
-                          f"{100 * (acc8 - acc32):+.2f} pts")
+    r = quantize_and_compare(dep, args.output, fp32_output=args.fp32_output, data=args.data, batch=args.batch,
+                             rounds=args.rounds, opset=args.opset, exporter=args.exporter or "dynamo")
+    table = Table(title=f"{dep.label}: dynamic INT8 (onnxruntime) vs FP32")
+    table.add_column("quantity")
+    table.add_column("FP32", justify="right")
+    table.add_column("INT8", justify="right")
+    table.add_column("change", justify="right")
+    table.add_row("file MiB", f"{r.fp32_mib:.2f}", f"{r.int8_mib:.2f}", f"{r.int8_mib / r.fp32_mib:.2f}x")
+    table.add_row(f"latency ms, batch {r.batch}", f"{r.fp32_ms:.2f}", f"{r.int8_ms:.2f}",
+                  f"{r.fp32_ms / r.int8_ms:.2f}x faster")
+    if r.fp32_top1 is not None and r.int8_top1 is not None:
+        table.add_row(f"top-1 on {r.images} images", f"{100 * r.fp32_top1:.2f}%", f"{100 * r.int8_top1:.2f}%",
+                      f"{100 * (r.int8_top1 - r.fp32_top1):+.2f} pts")
     console.print(table)
     console.print(f"INT8 model: {args.output} (torch.set_num_threads {torch.get_num_threads()}; "
                   "latency: median over alternating rounds)", markup=False, soft_wrap=True)
@@ -157,7 +129,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        "reports the latency and accuracy change.")
     fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     for name, help_text in (("onnx", "an ONNX file, optionally verified against PyTorch in onnxruntime"),
-                            ("quantize", "dynamic INT8 ONNX (onnxruntime) of a ViT/Swin's linear layers")):
+                            ("quantize", "dynamic INT8 ONNX (onnxruntime) of the linear layers (MatMul/Gemm) of a model or run")):
         q = fmt.add_parser(name, help=help_text, description=help_text)
         src = q.add_argument_group("what to export (one of --model, --checkpoint, --yaml)")
         src.add_argument("--model", help="registered model name, e.g. vit_tiny_patch16_224 (random weights "

@@ -17,6 +17,7 @@ from vision_attn.data.detection import (  # noqa: E402
 from vision_attn.data.digit_boxes import DigitBoxesConfig, generate_digit_boxes, write_digit_boxes  # noqa: E402
 from vision_attn.data.folder import (  # noqa: E402
     IMAGE_EXTENSIONS,
+    image_paths,
     FolderScan,
     ImageFolder,
     check_images,
@@ -30,7 +31,7 @@ from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transf
 from vision_attn.data.yolo_txt import YoloDetection  # noqa: E402
 
 __all__ = [
-    "DEMO_DATASETS", "cache_dir", "is_demo", "materialise", "resolve_root", "IMAGE_EXTENSIONS", "FolderScan",
+    "DEMO_DATASETS", "cache_dir", "is_demo", "materialise", "resolve_root", "IMAGE_EXTENSIONS", "image_paths", "FolderScan",
     "ImageFolder", "check_images", "load_image", "scan_folder", "split_samples", "seed_worker",
     "unwrap_worker_error", "ClassificationSplits", "load_splits", "IMAGENET_MEAN", "IMAGENET_STD",
     "eval_transforms", "train_transforms", "CocoDetection", "YoloDetection", "open_detection", "DetectionTransform",

@@ -22,23 +22,17 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from vision_attn.data import digit_boxes
 from vision_attn.data.folder import split_samples
 from vision_attn.errors import ConfigError
+from vision_attn.io.cache import cache_dir
 
 __all__ = ["DEMO_PREFIX", "DEMO_DATASETS", "cache_dir", "is_demo", "resolve_root", "materialise"]
+
 
 DEMO_PREFIX = "demo:"
 SPLIT_SEED = 0
 VAL_FRACTION = 0.2
-
-
-def cache_dir() -> Path:
-    """The folder that holds materialised demo data sets."""
-    env = os.environ.get("VISION_ATTN_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "vision_attn"
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -62,9 +56,7 @@ def _faces() -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def _digit_boxes(tmp: Path, final: Path) -> None:
-    from vision_attn.data import digit_boxes
-
-    digit_boxes.write_digit_boxes(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
+    digit_boxes.write_digit_boxes(tmp, digit_boxes.DEMO_CONFIG, final_root=final)  # read when called
 
 
 def _class_folders(load: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]]) -> Callable[[Path, Path], None]:

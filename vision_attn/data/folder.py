@@ -23,7 +23,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vision_attn.errors import DataError
 
-__all__ = ["IMAGE_EXTENSIONS", "FolderScan", "ImageFolder", "scan_folder", "check_images", "split_samples",
+__all__ = ["IMAGE_EXTENSIONS", "image_paths", "FolderScan", "ImageFolder", "scan_folder", "check_images", "split_samples",
            "load_image", "SKIP_HINT"]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
@@ -182,3 +182,24 @@ class ImageFolder(torch.utils.data.Dataset):
         if self.transform is not None:
             image = self.transform(image=image)["image"]
         return image, label
+
+
+def image_paths(items: Sequence[str | os.PathLike]) -> list[Path]:
+    """Image files among ``items`` (folders are searched recursively), in order; DataError for a missing
+    path, a file that is not an image, or no image at all."""
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_EXTENSIONS
+                          and not q.name.startswith("."))
+        elif p.is_file():
+            if p.suffix.lower() not in IMAGE_EXTENSIONS:
+                raise DataError(f"{p}: not an image file (extension {p.suffix or 'none'}; images are "
+                                f"{', '.join(sorted(IMAGE_EXTENSIONS))})")
+            out.append(p)
+        else:
+            raise DataError(f"{p}: no such file or folder")
+    if not out:
+        raise DataError(f"no images found in {', '.join(map(str, items))}")
+    return out

@@ -12,19 +12,30 @@ Two ways, both dynamic (weights stored as int8, activations quantized per call, 
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import statistics
+import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
+from vision_attn.analysis.benchmark import alternate
+from vision_attn.data import ImageFolder, eval_transforms, resolve_root, scan_folder
 from vision_attn.errors import ConfigError, DataError, ExportError
+from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
+from vision_attn.export.source import Deployable
 from vision_attn.io.atomic import write_onnx
+from vision_attn.layers.window_attention import WindowAttention
 
-__all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor"]
+__all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor", "quantize_and_compare",
+           "QuantizeReport"]
 
 
 def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
@@ -55,8 +66,6 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 def _torch_quantizable(model: nn.Module) -> set[str]:
     """Names of the ``nn.Linear`` modules that are called as modules. Swin's window attention reads its
     ``qkv`` weight directly (to reorder it by head), so that one stays FP32."""
-    from vision_attn.layers.window_attention import WindowAttention
-
     direct = {f"{name}.qkv" if name else "qkv" for name, m in model.named_modules() if isinstance(m, WindowAttention)}
     return {name for name, m in model.named_modules() if type(m) is nn.Linear and name not in direct}
 
@@ -64,8 +73,6 @@ def _torch_quantizable(model: nn.Module) -> set[str]:
 def quantize_torch(model: nn.Module) -> nn.Module:
     """A copy of ``model`` with its linear layers dynamically quantized to int8 (PyTorch's deprecated
     eager-mode API; its deprecation warnings are silenced here and documented in docs/deploy.md)."""
-    import copy
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic
@@ -75,8 +82,6 @@ def quantize_torch(model: nn.Module) -> nn.Module:
 
 def onnx_predictor(path: str | os.PathLike, threads: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """``images (B, 3, H, W) -> logits`` through an onnxruntime session of ``path``."""
-    from vision_attn.export.onnx import onnx_session, run_onnx
-
     session = onnx_session(path, threads)
     return lambda x: run_onnx(session, x)[0]
 
@@ -86,10 +91,6 @@ def folder_accuracy(predict: Callable[[torch.Tensor], torch.Tensor], data: str |
                     transform: Callable, classes: list[str], *, batch_size: int = 64) -> tuple[float, int]:
     """(top-1, images) of ``predict`` on ``data``: its ``val/`` folder if it has one (``demo:digits``
     included), else its class folders; the folder's classes must be among ``classes``."""
-    from torch.utils.data import DataLoader
-
-    from vision_attn.data import ImageFolder, resolve_root, scan_folder
-
     root = resolve_root(data)
     folder = root / "val" if (root / "val").is_dir() else root
     if not folder.is_dir():
@@ -103,3 +104,53 @@ def folder_accuracy(predict: Callable[[torch.Tensor], torch.Tensor], data: str |
     if total == 0:
         raise DataError(f"--data {data}: no images found in {folder}")
     return correct / total, total
+
+
+@dataclass
+class QuantizeReport:
+    """What :func:`quantize_and_compare` measured: file sizes (MiB), median latencies (ms per image at
+    ``batch``) and, with labelled data, top-1 of both files on ``images`` images."""
+
+    fp32_mib: float
+    int8_mib: float
+    batch: int
+    fp32_ms: float
+    int8_ms: float
+    fp32_top1: float | None = None
+    int8_top1: float | None = None
+    images: int = 0
+
+
+def _latency_ms(steps: dict[str, Callable[[], object]], batch: int, rounds: int) -> dict[str, float]:
+    for fn in steps.values():  # warm-up
+        fn()
+    rows = alternate(steps, rounds=rounds, iters=1, items=batch)
+    return {k: 1e3 * batch / statistics.median(r[k] for r in rows) for k in steps}
+
+
+def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None = None,
+                         data: str | os.PathLike | None = None, batch: int = 8, rounds: int = 10,
+                         opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo") -> QuantizeReport:
+    """Export ``dep`` to FP32 ONNX (``fp32_output``, else a temporary file beside ``output``), write its
+    dynamic INT8 version to ``output``, and measure both: size, latency (alternating rounds, median) and,
+    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy."""
+    if data is not None and dep.classes is None:
+        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
+                          "folder's classes to outputs)")
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise ConfigError(f"-o {output}: the folder {folder} does not exist; create it first (nothing was written)")
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".fp32-") as tmp:
+        fp32_path = Path(fp32_output) if fp32_output else Path(tmp) / "model.onnx"
+        export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
+        quantize_onnx(fp32_path, output)
+        fp32, int8 = onnx_predictor(fp32_path), onnx_predictor(output)
+        x = torch.randn(batch, 3, *dep.input_size)
+        ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, batch, rounds)
+        report = QuantizeReport(os.path.getsize(fp32_path) / 2**20, os.path.getsize(output) / 2**20, batch,
+                                ms["fp32"], ms["int8"])
+        if data is not None:
+            transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
+            report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
+            report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+    return report

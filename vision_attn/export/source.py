@@ -4,11 +4,9 @@ input size it is exported at and how a real image is prepared for it.
 - ``model=NAME``: :func:`vision_attn.create_model` (random weights), or with ``checkpoint=FILE`` a
   plain state dict in any layout ``create_model(pretrained=...)`` recognises; a file of another
   architecture is refused with the keys that do not fit.
-- ``checkpoint=RUN`` alone: a classification run's ``best.ckpt``/``last.ckpt`` (or its folder), with
-  its own image size and normalisation (:func:`vision_attn.tasks.inference.load_classifier`).
+- ``checkpoint=RUN`` alone: a run's folder or its ``best.ckpt``/``last.ckpt``, classifier or detector,
+  with its own image size, classes and normalisation (:func:`vision_attn.tasks.load_run`).
 - ``yaml=FILE``: :func:`vision_attn.build_detector`; with ``checkpoint`` a state dict loaded strictly.
-- ``checkpoint=FILE`` alone that carries a detector YAML: an ultralytics ``.pt`` (read without
-  ultralytics) or the detection checkpoint ``yaml insert --checkpoint`` writes, at its training size.
 """
 from __future__ import annotations
 
@@ -20,8 +18,11 @@ import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
-from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint
-from vision_attn.models.yolo.from_ultralytics import pretrained_yaml
+from vision_attn.io.resources import resolve_path
+from vision_attn.io.state_dict import read_state_dict
+from vision_attn.models import build_detector, create_model
+from vision_attn.models.yolo.transfer import detector_state
+from vision_attn.tasks.registry import load_run
 
 __all__ = ["Deployable", "load_deployable", "IMAGENET_MEAN", "IMAGENET_STD", "DETECTOR_SIZE"]
 
@@ -62,16 +63,14 @@ def _configured_size(model: nn.Module) -> tuple[int, int]:
 
 
 def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:
-    import vision_attn
-
     notes: list[str] = []
     try:
-        model = vision_attn.create_model(name, pretrained=checkpoint, img_size=size)
+        model = create_model(name, pretrained=checkpoint, img_size=size)
     except ConfigError as e:
         if size is None:
             raise
         # e.g. Swin at 192x256: its windows need a configured size they divide; any input size runs padded
-        model = vision_attn.create_model(name, pretrained=checkpoint)
+        model = create_model(name, pretrained=checkpoint)
         notes.append(f"{name} cannot be configured for {size[0]}x{size[1]} ({str(e).split(':')[0]}); "
                      f"built at its default {'x'.join(map(str, _configured_size(model)))}, inputs of "
                      f"{size[0]}x{size[1]} run padded")
@@ -80,39 +79,31 @@ def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None)
     return Deployable(model.eval(), "classifier", size or _configured_size(model), name, notes=notes)
 
 
-def _run_classifier(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
-    from vision_attn.tasks.inference import load_classifier
-
-    clf = load_classifier(checkpoint)
-    run_size = _hw(clf.data_hparams.get("img_size", clf.hparams.get("img_size") or 224))
-    return Deployable(clf.model.eval(), "classifier", size or run_size, f"{clf.hparams['name']} ({checkpoint})",
-                      mean=tuple(clf.data_hparams.get("mean", IMAGENET_MEAN)),
-                      std=tuple(clf.data_hparams.get("std", IMAGENET_STD)),
-                      transform=clf.transform if size is None or size == run_size else None, classes=clf.classes)
+def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
+    run = load_run(checkpoint)
+    if run.task == "det":
+        return _checked_detector(run.model, size or run.img_size, run.label, [], classes=run.classes)
+    return Deployable(run.model, "classifier", size or run.img_size, run.label, mean=run.mean, std=run.std,
+                      transform=run.transform if size is None or size == run.img_size else None, classes=run.classes)
 
 
-def _run_detector(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
-    """A detection checkpoint that carries its YAML (an ultralytics ``.pt``, ``yaml insert``'s output)."""
-    from vision_attn.tasks.det_inference import load_detector
-
-    det = load_detector(checkpoint)
-    return Deployable(det.model, "detector", size or (det.img_size, det.img_size), f"{checkpoint} (detector)",
-                      classes=det.names)
+def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],
+                      classes: list[str] | None = None) -> Deployable:
+    stride = int(max(model.stride)) if model.stride else 32
+    if size[0] % stride or size[1] % stride:
+        raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
+                          f"largest stride {stride}, e.g. {stride * max(1, round(size[0] / stride))}")
+    return Deployable(model.eval(), "detector", size, label, notes=notes, classes=classes)
 
 
 def _detector(yaml: str, scale: str | None, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:
-    import vision_attn
-    from vision_attn.models.checkpoint import read_state_dict
-
-    if not os.path.isfile(yaml):
-        raise ConfigError(f"--yaml {yaml}: no such YAML file")
-    model = vision_attn.build_detector(yaml, scale=scale)
+    if resolve_path(yaml, kinds=("model",)) is None:
+        raise ConfigError(f"--yaml {yaml}: no such YAML file (nor a shipped one: `vision-attn configs`)")
+    model = build_detector(yaml, scale=scale)
     notes = []
     if checkpoint is not None:
-        state = read_state_dict(checkpoint)
+        state = detector_state(read_state_dict(checkpoint))
         expected = model.state_dict()
-        if not any(k in expected for k in state) and all(k.startswith("model.") for k in expected):
-            state = {f"model.{k}": v for k, v in state.items()}  # read_state_dict strips a "model." wrapper
         missing = [k for k in expected if k not in state]
         unexpected = [k for k in state if k not in expected]
         shapes = [f"{k}: file {tuple(state[k].shape)} vs model {tuple(v.shape)}"
@@ -126,13 +117,8 @@ def _detector(yaml: str, scale: str | None, checkpoint: str | None, size: tuple[
         model.load_state_dict(state)
     else:
         notes.append("random weights (no --checkpoint): the outputs mean nothing, the graph is real")
-    stride = int(max(model.stride)) if model.stride else 32
-    size = size or (DETECTOR_SIZE, DETECTOR_SIZE)
-    if size[0] % stride or size[1] % stride:
-        raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
-                          f"largest stride {stride}, e.g. {stride * max(1, round(size[0] / stride))}")
-    return Deployable(model.eval(), "detector", size, f"{os.path.basename(yaml)} scale {model.scale or '-'}",
-                      notes=notes)
+    return _checked_detector(model, size or (DETECTOR_SIZE, DETECTOR_SIZE),
+                             f"{os.path.basename(yaml)} scale {model.scale or '-'}", notes)
 
 
 def load_deployable(*, model: str | None = None, checkpoint: str | None = None, yaml: str | None = None,
@@ -154,6 +140,4 @@ def load_deployable(*, model: str | None = None, checkpoint: str | None = None, 
             return _detector(yaml, scale, checkpoint, size)
         if model is not None:
             return _classifier(model, checkpoint, size)
-        if is_ultralytics_checkpoint(checkpoint) or pretrained_yaml(checkpoint) is not None:
-            return _run_detector(checkpoint, size)  # type: ignore[arg-type]
-        return _run_classifier(checkpoint, size)  # type: ignore[arg-type]
+        return _run(checkpoint, size)  # type: ignore[arg-type]

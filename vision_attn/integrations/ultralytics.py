@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.models.yolo.modules import MODULES
 
 __all__ = ["LazyAttention", "register", "BLOCK_NAMES", "CLASSES"]
 
@@ -44,8 +45,6 @@ class LazyAttention(nn.Module):
 
 def _make_classes() -> dict[str, type[LazyAttention]]:
     """One module-level class per block, so ultralytics' pickled checkpoints find them again."""
-    from vision_attn.models.yolo.modules import MODULES
-
     classes = {}
     for name in BLOCK_NAMES:
         classes[name] = type(name, (LazyAttention,), {

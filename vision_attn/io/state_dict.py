@@ -99,8 +99,10 @@ def _refused(path: Path, names: list[str]) -> CheckpointError:
 def _ultralytics_pt(path: Path, names: list[str]) -> Any:
     """The one place an ultralytics ``.pt`` (a pickle of ``{"model": DetectionModel, "ema": ...}``) is
     handed on: :mod:`vision_attn.io.ultralytics_pt` rebuilds its tensors without ultralytics and without
-    running anything; the result is its float32 state dict (``ema`` when the file has one)."""
-    return read_ultralytics_checkpoint(path).state_dict
+    running anything; the result is laid out as a detection run's checkpoint (its float32 weights,
+    ``ema`` when the file has one, its model YAML dict, class names and image size), so that
+    :func:`read_state_dict` and the run loader (:func:`vision_attn.tasks.load_run`) take it as they are."""
+    return read_ultralytics_checkpoint(path).run_checkpoint()
 
 
 def read_checkpoint(path: str | os.PathLike) -> Any:
@@ -123,7 +125,7 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
         if names:
             raise _refused(path, names) from None
         raise CheckpointError(
-            f"{path}: not a readable PyTorch checkpoint (the pickle data is damaged or of another format); "
+            f"{path}: not a readable checkpoint (the pickle data is damaged or of another format); "
             f"download or save the file again") from None
     except Exception as e:  # torch and safetensors raise many types for a damaged file
         detail = str(e).splitlines()[0] if str(e) else "no detail"

@@ -572,6 +572,21 @@ class UltralyticsCheckpoint:
         size = max(size) if isinstance(size, (list, tuple)) and size else size
         return int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 640
 
+    @property
+    def scale(self) -> str | None:
+        """The scale letter the YAML dict names (None for a YAML without ``scales``)."""
+        return self.yaml.get("scale") if self.yaml.get("scales") else None
+
+    def run_checkpoint(self) -> dict[str, Any]:
+        """The file as a detection run's checkpoint (what a run's ``best.ckpt`` holds): the task, the
+        model YAML dict and scale, the weights under Lightning's ``model.`` prefix, the class names and
+        the training image size; what :func:`vision_attn.io.state_dict.read_checkpoint` returns for it."""
+        return {"task": "det", "model_yaml": self.yaml, "model_scale": self.scale,
+                "state_dict": {f"model.{k}": v for k, v in self.state_dict.items()},
+                "hyper_parameters": {"scale": self.scale, "num_classes": self.nc, "class_names": list(self.names),
+                                     "source": str(self.path), "train_args": self.train_args},
+                "datamodule_hyper_parameters": {"img_size": self.img_size}}
+
 
 def _names(raw: Any, yaml: dict[str, Any], path: Path) -> list[str]:
     if raw is None:

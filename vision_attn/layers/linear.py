@@ -1,4 +1,4 @@
-"""Linear layers at inference on the CPU through oneDNN, with the bias and GELU fused.
+"""Linear layers on the CPU through oneDNN, with the bias and GELU fused, for inference and training.
 
 On the CPU, ``nn.Linear`` calls MKL's GEMM (``addmm``): the bias is first copied into the output and
 the activation is a second pass over it. Measured on this project's machine (AMD EPYC, 2 threads,
@@ -7,32 +7,67 @@ fp32, 2048^3): MKL 200 GFLOP/s, oneDNN's matmul primitive 430 GFLOP/s, with the 
 CPU backend emits for the same pattern) with the bias and an exact or tanh GELU fused, which makes a
 ViT forward pass about 1.9x faster here (docs/benchmarks.md).
 
-The fast path is taken only where it is exactly a drop-in: CPU tensors in float32 or bfloat16, no
-autograd graph being recorded (the op has no derivative), outside autocast, tracing, ONNX export and
-torch.compile (which fuse by themselves). A layer whose ``weight`` is not a tensor (PyTorch's dynamically
-quantized ``Linear``, where it is a method) is called as it is. Everywhere else, and when the op is missing or fails a
-one-off self-check, it is ``F.linear``. ``VISION_ATTN_ONEDNN=0`` or :func:`set_onednn_linear` turns it off.
+Training: when autograd records a graph, :class:`_Linear` (a ``torch.autograd.Function``) runs the
+three products of a linear layer (forward ``x W^T + b``, input gradient ``g W``, weight gradient
+``g^T x``) each through oneDNN or through ATen's kernel (MKL's GEMM), whichever :func:`training_kernels`
+measured to be faster on this machine, once per dtype and thread count; the choice is kept in the
+user's cache folder, so that later runs make the same one (a run is then deterministic). The forward keeps the
+pre-activation for GELU's backward, so there the GELU is a separate pass (as in ``nn.Linear`` +
+``nn.GELU``); the bias is fused. What it gains depends on the machine and its load (docs/benchmarks.md,
+"Training step on the CPU"). Second derivatives (``create_graph=True``) are computed through the
+standard differentiable ops.
+
+bf16: bf16 weights and inputs take the same kernels, and so does bf16 autocast on the CPU (Lightning's
+``precision="bf16-mixed"``): the input, weight and bias are cast to bfloat16 as autocast would cast
+them for ``F.linear``, and the fused kernel runs on them.
+
+The fast path is taken only where it is exactly a drop-in: CPU tensors in float32 or bfloat16 (or
+bf16 autocast), outside tracing, ONNX export, torch.compile (which fuse by themselves) and torch.func
+transforms or forward-mode AD. A layer whose ``weight`` is not a tensor (PyTorch's dynamically
+quantized ``Linear``, where it is a method) is called as it is. Everywhere else, and when the op is
+missing or fails a one-off self-check, it is ``F.linear``. ``VISION_ATTN_ONEDNN=0`` or
+:func:`set_onednn_linear` turns inference and training paths off.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import platform
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from vision_attn.errors import VisionAttnError
+from vision_attn.io.cache import cache_dir
+from vision_attn.io.json import read_json
+
 _enabled = os.environ.get("VISION_ATTN_ONEDNN", "1") != "0"
+_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def set_onednn_linear(enabled: bool) -> bool:
-    """Turn the oneDNN inference path of :func:`linear` on or off for the process; returns the
-    previous setting, so a caller can restore it."""
+    """Turn the oneDNN paths of :func:`linear` (inference and training) on or off for the process;
+    returns the previous setting, so a caller can restore it."""
     global _enabled
     previous, _enabled = _enabled, enabled
     return previous
+
+
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attr: str = "none",
+            algorithm: str = "") -> torch.Tensor:
+    """oneDNN's matmul: ``attr(x @ weight.T + bias)`` over the last dimension of ``x``."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
 
 
 @functools.cache
@@ -41,11 +76,10 @@ def _onednn_works() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     try:
-        op = torch.ops.mkldnn._linear_pointwise
         # outside any active dispatch mode (a FLOP counter, say): the check is not the user's work
         with torch.no_grad(), _disable_current_modes():
             x, w, b = torch.randn(3, 5, 8), torch.randn(4, 8), torch.randn(4)
-            return torch.allclose(op(x, w, b, "gelu", [], "none"), F.gelu(F.linear(x, w, b)), atol=1e-5)
+            return torch.allclose(_onednn(x, w, b, "gelu", "none"), F.gelu(F.linear(x, w, b)), atol=1e-5)
     except (AttributeError, RuntimeError):
         return False
 
@@ -55,32 +89,221 @@ def onednn_linear_available() -> bool:
     return _onednn_works()
 
 
-def _fast_path(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (
-        _enabled
-        and not isinstance(x, torch.fx.Proxy)  # torch.fx symbolic tracing: keep the standard graph
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.bfloat16)
-        and weight.dtype == x.dtype
-        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.jit.is_tracing()
-        and not torch.onnx.is_in_onnx_export()
-        and not torch.compiler.is_compiling()
-        and _onednn_works()
-    )
+# ------------------------------------------------------------------------------------------------
+# the three products of a training step, each with two kernels; 2-D operands: x (M, K), weight (N, K),
+# output gradient g (M, N)
+KERNELS: dict[str, dict[str, Callable[..., torch.Tensor]]] = {
+    "forward": {  # (x, weight, bias) -> x W^T + b
+        "aten": F.linear,
+        "onednn": _onednn,
+    },
+    "input_grad": {  # (g, weight) -> g W
+        "aten": lambda g, w: g.mm(w),
+        "onednn": lambda g, w: _onednn(g, w.t(), None),
+    },
+    "weight_grad": {  # (g, x) -> g^T x
+        "aten": lambda g, x: g.t().mm(x),
+        "onednn": lambda g, x: _onednn(g.t(), x.t(), None),
+    },
+}
+"""product -> kernel name -> function. ``aten`` is what ``F.linear`` and its backward run (MKL's GEMM
+on the CPU)."""
+
+CHECK_SHAPE = (256, 384, 1536)
+"""(M, K, N) of the products that :func:`training_kernels` times: ViT-S's MLP at 256 tokens."""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The kernel (``"onednn"`` or ``"aten"``) that computes each product of a training step, as
+    chosen by :func:`training_kernels`; ``seconds``: product -> kernel -> median seconds measured."""
+
+    forward: str
+    input_grad: str
+    weight_grad: str
+    seconds: dict[str, dict[str, float]]
+
+    def kernel(self, product: str) -> Callable[..., torch.Tensor]:
+        return KERNELS[product][getattr(self, product)]
+
+
+def _agrees(out: torch.Tensor, ref: torch.Tensor) -> bool:
+    tol = 1e-5 if out.dtype == torch.float32 else 1e-2
+    return out.shape == ref.shape and bool((out.float() - ref.float()).abs().max() <= tol * ref.float().abs().max())
+
+
+def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, int] = CHECK_SHAPE,
+                    rounds: int = 5, clock: Callable[[], float] = time.perf_counter) -> KernelPlan:
+    """Time each product's two kernels on random ``shape`` operands in ``dtype``, alternating their
+    order every round, and choose the faster by the median; a oneDNN result that does not agree with
+    ATen's (relative to the largest entry: 1e-5 in fp32, 1e-2 in bf16) is never chosen."""
+    M, K, N = shape
+    gen = torch.Generator().manual_seed(0)
+    x, w, g = (torch.randn(*s, generator=gen).to(dtype) for s in ((M, K), (N, K), (M, N)))
+    b = torch.randn(N, generator=gen).to(dtype)
+    operands = {"forward": (x, w, b), "input_grad": (g, w), "weight_grad": (g, x)}
+    choice, seconds = {}, {}
+    with torch.no_grad(), _disable_current_modes():
+        for product, args in operands.items():
+            kernels = KERNELS[product]
+            if not _agrees(kernels["onednn"](*args), kernels["aten"](*args)):
+                choice[product], seconds[product] = "aten", {}
+                continue
+            times: dict[str, list[float]] = {k: [] for k in kernels}
+            for r in range(rounds):
+                for name in (list(kernels) if r % 2 == 0 else list(kernels)[::-1]):
+                    start = clock()
+                    kernels[name](*args)
+                    times[name].append(clock() - start)
+            seconds[product] = {k: statistics.median(v) for k, v in times.items()}
+            choice[product] = min(seconds[product], key=seconds[product].__getitem__)
+    return KernelPlan(**choice, seconds=seconds)
+
+
+PLANS_FILE = "linear_kernels.json"
+"""The measured choices, in :func:`~vision_attn.io.cache.cache_dir`: one entry per torch version, CPU,
+thread count and dtype."""
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _plan_key(dtype: torch.dtype, threads: int) -> str:
+    return f"torch {torch.__version__}; {_cpu_name()}; {threads} threads; {str(dtype).removeprefix('torch.')}"
+
+
+def _read_plans(path: Path) -> dict[str, Any]:
+    """The stored choices; an unreadable, damaged or oversized file counts as none (measured again)."""
+    try:
+        plans = read_json(path, what="kernel choices", max_bytes=1 << 20)
+    except (VisionAttnError, OSError):
+        return {}
+    return plans if isinstance(plans, dict) else {}
+
+
+def _stored_plan(entry: Any) -> KernelPlan | None:
+    try:
+        plan = KernelPlan(entry["forward"], entry["input_grad"], entry["weight_grad"], dict(entry["seconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return plan if all(getattr(plan, p) in KERNELS[p] for p in KERNELS) else None
+
+
+def _store_plan(path: Path, key: str, plan: KernelPlan) -> None:
+    """Add ``plan`` to the file (a temporary file renamed over it); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plans = {**_read_plans(path), key: asdict(plan)}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(plans, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+@functools.cache
+def _plan(dtype: torch.dtype, threads: int) -> KernelPlan:
+    path, key = cache_dir() / PLANS_FILE, _plan_key(dtype, threads)
+    plan = _stored_plan(_read_plans(path).get(key))
+    if plan is None:
+        clock = time.thread_time if threads == 1 else time.perf_counter  # one thread: immune to preemption
+        plan = measure_kernels(dtype, clock=clock)
+        _store_plan(path, key, plan)
+    return plan
+
+
+def training_kernels(dtype: torch.dtype = torch.float32) -> KernelPlan:
+    """The kernels the training path uses for ``dtype`` at the current thread count: measured once
+    per machine (:func:`measure_kernels`, about 0.1-0.3 s), then read from the cache file
+    :data:`PLANS_FILE`, so that every later run makes the same choice and training stays
+    deterministic; delete the file to measure again."""
+    return _plan(dtype, torch.get_num_threads())
+
+
+class _Linear(torch.autograd.Function):
+    """``act(x W^T + b)`` with act GELU (``approximate`` "none" or "tanh") or none, each product
+    through the kernel ``plan`` names."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                approximate: str | None, plan: KernelPlan) -> torch.Tensor:
+        h = plan.kernel("forward")(x, weight, bias)
+        ctx.save_for_backward(x, weight, bias, h if approximate is not None else None)
+        ctx.approximate, ctx.plan = approximate, plan
+        return h if approximate is None else F.gelu(h, approximate=approximate)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, bias, h = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph: the standard ops, which autograd can differentiate again
+            inputs = [t for t, need in ((x, need_x), (weight, need_w), (bias, need_b)) if need]
+            y = F.linear(x, weight, bias)
+            y = y if ctx.approximate is None else F.gelu(y, approximate=ctx.approximate)
+            grads = iter(torch.autograd.grad(y, inputs, grad, create_graph=True))
+            return (next(grads) if need_x else None, next(grads) if need_w else None,
+                    next(grads) if need_b else None, None, None)
+        if h is not None:
+            grad = torch.ops.aten.gelu_backward(grad, h, approximate=ctx.approximate)
+        g = grad.reshape(-1, grad.shape[-1])
+        dx = ctx.plan.kernel("input_grad")(g, weight).view(x.shape) if need_x else None
+        dw = ctx.plan.kernel("weight_grad")(g, x.reshape(-1, x.shape[-1])) if need_w else None
+        db = g.sum(0) if need_b else None
+        return dx, dw, db, None, None
+
+
+# ------------------------------------------------------------------------------------------------
+def _mode(x: torch.Tensor, weight: torch.Tensor) -> str | None:
+    """``"inference"``, ``"training"`` (autograd records a graph through the layer), or ``None``
+    where the standard ``F.linear`` must run."""
+    if not (_enabled and not isinstance(x, torch.fx.Proxy)  # torch.fx symbolic tracing: keep the standard graph
+            and x.device.type == "cpu" and weight.device.type == "cpu"):
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        if torch.get_autocast_dtype("cpu") != torch.bfloat16 or x.dtype not in _DTYPES or weight.dtype not in _DTYPES:
+            return None
+    elif x.dtype not in _DTYPES or weight.dtype != x.dtype:
+        return None
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
+        return None
+    if not _onednn_works():
+        return None
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return "inference"
+    if torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0:
+        return None  # torch.func transforms and forward-mode AD: the Function defines neither
+    return "training"
 
 
 def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> torch.Tensor:
-    """``act(layer(x))`` over the last dimension; on the CPU at inference, one fused oneDNN call
-    when ``act`` is ``None`` or ``nn.GELU`` (any other activation runs after the fused linear)."""
+    """``act(layer(x))`` over the last dimension; on the CPU one fused oneDNN call at inference, and
+    the kernels of :func:`training_kernels` in training, when ``act`` is ``None`` or ``nn.GELU`` (any
+    other activation runs after the linear layer)."""
     if not isinstance(layer.weight, torch.Tensor):  # a swapped-in module, e.g. a dynamically quantized Linear
         y = layer(x)
         return y if act is None else act(y)
-    if _fast_path(x, layer.weight):
-        fused_gelu = isinstance(act, nn.GELU)
-        y = torch.ops.mkldnn._linear_pointwise(
-            x, layer.weight, layer.bias, "gelu" if fused_gelu else "none", [], act.approximate if fused_gelu else "")
-        return y if act is None or fused_gelu else act(y)
-    y = F.linear(x, layer.weight, layer.bias)
-    return y if act is None else act(y)
+    mode = _mode(x, layer.weight)
+    if mode is None:
+        y = F.linear(x, layer.weight, layer.bias)
+        return y if act is None else act(y)
+    gelu = isinstance(act, nn.GELU)
+    weight, bias, autocast = layer.weight, layer.bias, contextlib.nullcontext()
+    if torch.is_autocast_enabled("cpu"):  # cast as autocast casts F.linear's arguments, then run without it
+        x, weight = x.to(torch.bfloat16), weight.to(torch.bfloat16)
+        bias = bias.to(torch.bfloat16) if bias is not None else None
+        autocast = torch.autocast("cpu", enabled=False)
+    with autocast:
+        if mode == "inference":
+            y = _onednn(x, weight, bias, "gelu" if gelu else "none", act.approximate if gelu else "")
+        else:
+            y = _Linear.apply(x, weight, bias, act.approximate if gelu else None, training_kernels(x.dtype))
+    return y if act is None or gelu else act(y)

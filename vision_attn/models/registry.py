@@ -11,7 +11,7 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.models.checkpoint import load_checkpoint
-from vision_attn.models.insert import InsertionReport, default_attention_sites, insert_attention
+from vision_attn.models.insertion import InsertionReport, default_attention_sites, insert_into_module
 
 _ENTRYPOINTS: dict[str, Callable[..., nn.Module]] = {}
 _PREFIXES: dict[str, Callable[..., nn.Module]] = {}
@@ -68,7 +68,7 @@ def create_model(
     than the checkpoint's re-initialises the classifier (with a warning); an ``img_size`` other than
     the checkpoint's resamples the position embedding.
 
-    ``attention`` inserts attention blocks (:func:`~vision_attn.models.insert.insert_attention`): a
+    ``attention`` inserts attention blocks (:func:`~vision_attn.models.insertion.insert_into_module`): a
     block name (``"cbam"``: on the residual branch of every ResNet block), or a dict of
     ``insert_attention``'s arguments with the block under ``"block"``, e.g. ``{"block": "se",
     "reduction": 8, "after": "layer4.*", "position": "residual", "zero_init": True}``; ``None`` or
@@ -109,4 +109,4 @@ def _insert(model: nn.Module, attention: str | Mapping[str, Any], img_size: Any)
         spec = {**defaults, **spec}
     if img_size is not None:
         spec.setdefault("input_size", img_size)
-    return insert_attention(model, spec.pop("block"), **spec)
+    return insert_into_module(model, spec.pop("block"), **spec)

@@ -1,17 +1,16 @@
-"""Training with PyTorch Lightning: the classification and detection modules and data modules, the
-configuration, the run folder, and loading a trained run for evaluation and prediction."""
-from vision_attn.tasks.classification import ClassificationModule
-from vision_attn.tasks.config import dump_config, parse_train_config
-from vision_attn.tasks.datamodule import ClassificationDataModule
-from vision_attn.tasks.det_datamodule import DetectionDataModule
-from vision_attn.tasks.det_inference import Detector, evaluate_detector, load_detector, predict_detections
-from vision_attn.tasks.det_train import train_detector
-from vision_attn.tasks.detection import DetectionModule
-from vision_attn.tasks.inference import Classifier, evaluate_classifier, load_classifier, predict_images
+"""Training with PyTorch Lightning, one package per task (``classify``, ``detect``: the same file
+names in each) over a shared runner (``runner``, ``config``, ``run_folder``, ``checkpoint_io``), the
+task registry (``registry``) and the one loader of trained runs (:func:`load_run`)."""
+from vision_attn.tasks.classify import (ClassificationDataModule, ClassificationModule, evaluate_classifier,
+                                        load_classifier, predict_images, train_classifier)
+from vision_attn.tasks.detect import (DetectionDataModule, DetectionModule, evaluate_detector, load_detector,
+                                      predict_detections, train_detector)
+from vision_attn.tasks.registry import TASKS, dump_config, get_task, load_run, parse_train_config, train
 from vision_attn.tasks.run_folder import RunFolder
-from vision_attn.tasks.train import TrainResult, train_classifier
+from vision_attn.tasks.runner import TrainResult
+from vision_attn.tasks.runs import Run
 
 __all__ = ["ClassificationModule", "ClassificationDataModule", "parse_train_config", "dump_config", "RunFolder",
-           "TrainResult", "train_classifier", "Classifier", "load_classifier", "evaluate_classifier",
-           "predict_images", "DetectionModule", "DetectionDataModule", "train_detector", "Detector",
-           "load_detector", "evaluate_detector", "predict_detections"]
+           "TrainResult", "train_classifier", "load_classifier", "evaluate_classifier", "predict_images",
+           "DetectionModule", "DetectionDataModule", "train_detector", "load_detector", "evaluate_detector",
+           "predict_detections", "TASKS", "get_task", "train", "load_run", "Run"]

@@ -16,37 +16,16 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
+from vision_attn.io.resources import KINDS, find_shipped, resolve_path
 from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
+from vision_attn.tasks.task import Task
 
-__all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "PRINT_CONFIG_FLAGS", "TASKS"]
+__all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "to_dict", "PRINT_CONFIG_FLAGS"]
 
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins"}
 TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_steps": 10,
                     "enable_model_summary": False}
-
-
-TASKS = {  # task -> (module class, data module class, keys the data set fills in, description)
-    "cls": ("vision_attn.tasks.classification:ClassificationModule", "vision_attn.tasks.datamodule:ClassificationDataModule",
-            {"num_classes", "img_size", "class_names"},
-            "Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg)."),
-    "det": ("vision_attn.tasks.detection:DetectionModule", "vision_attn.tasks.det_datamodule:DetectionDataModule",
-            {"num_classes", "class_names"},
-            "Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes)."),
-}
-
-
-def _task(task: str) -> tuple[type, type, set[str], str]:
-    import importlib
-
-    if task not in TASKS:
-        raise ConfigError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
-    module_path, data_path, skip, description = TASKS[task]
-    classes = []
-    for path in (module_path, data_path):
-        mod, name = path.split(":")
-        classes.append(getattr(importlib.import_module(mod), name))
-    return classes[0], classes[1], skip, description
 
 
 PARSER_MODE = "vision_attn"  # jsonargparse's YAML loader behind the bounds of vision_attn.io.yaml
@@ -71,19 +50,20 @@ def _register_bounded_loader() -> None:
     jsonargparse.set_loader(PARSER_MODE, bounded, exceptions=(yaml.YAMLError,))
 
 
-def build_train_parser(task: str = "cls"):
-    """The jsonargparse parser of ``vision-attn train TASK`` (``cls`` or ``det``)."""
+def build_train_parser(task: Task):
+    """The jsonargparse parser of ``vision-attn train TASK``."""
     from jsonargparse import ActionConfigFile, ArgumentParser
     from pytorch_lightning import Trainer
 
-    module_cls, data_cls, skip, description = _task(task)
-    folder = "classify" if task == "cls" else "detect"
+    folder = "/".join(KINDS[task.name])
     _register_bounded_loader()
     parser = ArgumentParser(
-        prog=f"vision-attn train {task}", exit_on_error=False, default_env=False, allow_abbrev=False,
+        prog=f"vision-attn train {task.name}", exit_on_error=False, default_env=False, allow_abbrev=False,
         parser_mode=PARSER_MODE,
-        description=description + " Give a YAML config and override any key with --section.key value.")
-    parser.add_argument("--config", action=ActionConfigFile, help=f"a YAML config (configs/{folder}/NAME.yaml)")
+        description=task.title + " Give a YAML config (a file, or a shipped name: `vision-attn configs`) and "
+        "override any key with --section.key value.")
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help=f"a YAML config: a file, or a shipped name such as those in configs/{folder}/")
     parser.add_argument("--name", type=str | None, default=None,
                         help="run name: the run is written to RUNS_DIR/NAME (default: the config file's name)")
     parser.add_argument("--runs_dir", type=str, default="runs", help="folder of the runs")
@@ -96,8 +76,8 @@ def build_train_parser(task: str = "cls"):
     parser.add_argument("--threads", type=int | None, default=None,
                         help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
                              "plus a data worker can beat 2 threads")
-    parser.add_class_arguments(module_cls, "model", skip=skip)
-    parser.add_class_arguments(data_cls, "data")
+    parser.add_class_arguments(task.module, "model", skip=set(task.filled))
+    parser.add_class_arguments(task.datamodule, "data")
     parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP)
     parser.set_defaults({f"trainer.{k}": v for k, v in TRAINER_DEFAULTS.items()})
     return parser
@@ -145,15 +125,33 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
-_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config"}
+_DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-config": "--print_config",
+           "--precision": "--trainer.precision"}  # --precision bf16-mixed: the trainer's key
 
 
-def _normalise(argv: Sequence[str]) -> list[str]:
-    """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``."""
+def _config_file(value: str, task: Task) -> str:
+    """``--config VALUE``: a file, else a shipped training config of the task (``demo_digits``)."""
+    if Path(value).expanduser().is_file():
+        return value
+    shipped = find_shipped(value, (task.name,))  # type: ignore[arg-type]
+    if shipped is None:
+        raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
+                          f"`vision-attn configs` lists them")
+    return str(shipped)
+
+
+def _normalise(argv: Sequence[str], task: Task) -> list[str]:
+    """``--resume`` and ``--overwrite`` alone mean ``true``; ``--ckpt-path`` is ``--ckpt_path``;
+    ``--config NAME`` names a shipped config when there is no such file; ``--precision`` is
+    ``--trainer.precision``."""
     out: list[str] = []
     for i, a in enumerate(argv):
         head, eq, value = a.partition("=")
-        a = _DASHED.get(head, head) + eq + value
+        if head == "--config" and eq:
+            value = _config_file(value, task)
+        elif i and argv[i - 1] == "--config":
+            a = _config_file(a, task)
+        a = _DASHED.get(head, head) + eq + value if head.startswith("--") else a
         out.append(a)
         nxt = argv[i + 1] if i + 1 < len(argv) else None
         if a in _BOOL_FLAGS and (nxt is None or nxt.startswith("--")):
@@ -168,17 +166,18 @@ def _config_files(argv: Sequence[str]) -> list[str]:
     return [f for f in files if os.path.isfile(f)]
 
 
-def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, task: str = "cls"):
-    """A validated configuration (a jsonargparse Namespace) from command-line arguments, or from a
-    nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults;
-    ``task``: ``cls`` or ``det``."""
+def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Task):
+    """A validated configuration (a jsonargparse Namespace) of ``task`` from command-line arguments, or
+    from a nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults.
+    Paths in it (``task.paths``) are resolved: relative to the config file first, then the working
+    directory, then the shipped configs."""
     parser = build_train_parser(task)
     keys = config_keys(parser)
     try:
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))
         else:
-            argv = _normalise(list(args or []))
+            argv = _normalise(list(args or []), task)
             for path in _config_files(argv):  # refused by size before jsonargparse reads them whole
                 check_file_size(path, CONFIG_LIMITS, what="training config")
             cfg = parser.parse_args(argv)
@@ -187,19 +186,31 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, ta
     except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
         if isinstance(e, SystemExit) and not e.code:
             raise
-        raise _config_error(e, keys, task) from None
+        raise _config_error(e, keys, task.name) from None
+    configs = [Path(str(c)) for c in cfg.get("config") or []]
     if cfg.get("name") is None:
-        configs = cfg.get("config") or []
-        cfg.name = Path(str(configs[-1])).stem if configs else task
+        cfg.name = configs[-1].stem if configs else task.name
     if not re.fullmatch(r"[\w.\-]+", cfg.name):
         raise ConfigError(f"name={cfg.name!r}: use letters, digits, '_', '-' and '.' (it names the run folder)")
+    _resolve_paths(cfg, task, configs[-1].parent if configs else None)
     return cfg
+
+
+def _resolve_paths(cfg, task: Task, base: Path | None) -> None:
+    """Each configured path of ``task.paths`` (``model.yaml``, ``data.root``, ...) as the file it names."""
+    for key, kinds in task.paths.items():
+        value = cfg.get(key)
+        if not isinstance(value, str) or not value or value.startswith("demo:"):
+            continue
+        found = resolve_path(value, base=base, kinds=kinds)  # type: ignore[arg-type]
+        if found is not None:
+            cfg[key] = str(found)
 
 
 RUN_FLAGS = {"resume": False, "ckpt_path": None, "overwrite": False}  # how one invocation starts, not the run
 
 
-def dump_config(cfg, *, run_flags: bool = True, task: str = "cls") -> str:
+def dump_config(cfg, task: Task, *, run_flags: bool = True) -> str:
     """The full configuration as YAML: what ``--print-config`` prints and, with ``run_flags=False``
     (``resume``, ``ckpt_path`` and ``overwrite`` back at their defaults), what a run saves as config.yaml."""
     parser = build_train_parser(task)

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detect"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "models"
 
 
 @pytest.fixture

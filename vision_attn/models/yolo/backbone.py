@@ -14,6 +14,9 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.models.registry import create_model
+from vision_attn.models.swin import SwinTransformer
+from vision_attn.models.vit import VisionTransformer
 
 __all__ = ["Backbone", "Index", "BACKBONE_KEYWORDS"]
 
@@ -24,9 +27,6 @@ BACKBONE_KEYWORDS = ("indices", "norm", "img_size", "attention", "pretrained", "
 
 
 def _family(model: nn.Module) -> str:
-    from vision_attn.models.swin import SwinTransformer
-    from vision_attn.models.vit import VisionTransformer
-
     if isinstance(model, SwinTransformer):
         return "swin"
     if isinstance(model, VisionTransformer):
@@ -68,8 +68,6 @@ class Backbone(nn.Module):
 
     def __init__(self, model: str, options: dict[str, Any] | None = None, *, in_channels: int = 3) -> None:
         super().__init__()
-        from vision_attn.models.registry import create_model
-
         if not isinstance(model, str):
             raise ConfigError(f"Backbone: {model!r} is not a model name; give a name from `vision-attn models`")
         options = dict(options or {})

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from vision_attn.errors import ConfigError
+from vision_attn.io.resources import resolve_path
 from vision_attn.io.state_dict import StateDict, read_checkpoint, read_state_dict
 from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml_text
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint, is_ultralytics_checkpoint, read_ultralytics_checkpoint
@@ -44,8 +45,7 @@ def detector_from_ultralytics(source: str | os.PathLike | UltralyticsCheckpoint,
     """Our detector for an ultralytics checkpoint (a path or an already read one); ``num_classes`` other
     than the file's keeps every tensor but the class outputs, with a warning naming them."""
     ckpt = source if isinstance(source, UltralyticsCheckpoint) else read_ultralytics_checkpoint(source)
-    scale = ckpt.yaml.get("scale") if ckpt.yaml.get("scales") else None
-    model = build_detector(ckpt.yaml, scale=scale, num_classes=num_classes)
+    model = build_detector(ckpt.yaml, scale=ckpt.scale, num_classes=num_classes)
     own = model.state_dict()
     refit = class_layer_keys(ckpt.state_dict, own)
     state = {k: v for k, v in ckpt.state_dict.items() if k not in refit}
@@ -93,7 +93,7 @@ class YamlSource:
         ultra = read_ultralytics_checkpoint(ckpt_path) if ckpt_path and is_ultralytics_checkpoint(ckpt_path) else None
         if file is None:
             if ultra is None:
-                raise ConfigError("give a detector YAML (e.g. configs/detect/yolov8.yaml), or --checkpoint with an "
+                raise ConfigError("give a detector YAML (e.g. configs/models/yolov8.yaml), or --checkpoint with an "
                                   "ultralytics .pt whose model YAML is then used")
             text = yaml_text(ultra.yaml, str(ckpt_path))
             return cls(text, str(ckpt_path), text, ckpt_path, ultra)
@@ -101,9 +101,10 @@ class YamlSource:
             model = ultra if ultra is not None and Path(file) == Path(ckpt_path) else read_ultralytics_checkpoint(file)
             text = yaml_text(model.yaml, file)
             return cls(text, file, text, ckpt_path, ultra)
-        if not Path(file).is_file():
-            raise ConfigError(f"{file}: no such YAML file")
-        return cls(read_yaml_text(file, DETECTOR_LIMITS, what="detector YAML"), file, Path(file), ckpt_path, ultra)
+        found = resolve_path(file, kinds=("model",))
+        if found is None or not found.is_file():
+            raise ConfigError(f"{file}: no such YAML file (nor a shipped one: `vision-attn configs`)")
+        return cls(read_yaml_text(found, DETECTOR_LIMITS, what="detector YAML"), file, found, ckpt_path, ultra)
 
     def weights(self) -> StateDict | None:
         """The checkpoint's state dict (None without one)."""
@@ -113,12 +114,20 @@ class YamlSource:
 
 
 def pretrained_yaml(path: str | os.PathLike) -> str | None:
-    """The detector YAML a checkpoint carries: an ultralytics .pt's model dict as text, a detection
-    checkpoint's ``detector_yaml``; None for a plain state dict."""
-    if is_ultralytics_checkpoint(path):
-        return yaml_text(read_ultralytics_checkpoint(path).yaml, str(path))
+    """The detector YAML a checkpoint carries, as text: the model dict of an ultralytics .pt or of a
+    detection run's checkpoint (``model_yaml``, with its ``model_scale``), an older checkpoint's
+    ``detector_yaml``; None for a plain state dict. Every format is read by
+    :func:`vision_attn.io.state_dict.read_checkpoint`."""
     if not Path(path).is_file():
         return None
     obj = read_checkpoint(path)
-    text = obj.get("detector_yaml") if isinstance(obj, dict) else None
-    return text if isinstance(text, str) else None
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("detector_yaml"), str):
+        return obj["detector_yaml"]
+    model = obj.get("model_yaml")
+    if not isinstance(model, dict):
+        return None
+    if obj.get("model_scale") and "scale" not in model:
+        model = {**model, "scale": obj["model_scale"]}
+    return yaml_text(model, str(path))

@@ -8,12 +8,12 @@ the file, the row and the field, and how to fix it.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from vision_attn.errors import ConfigError
+from vision_attn.io.resources import resolve_path, without_scale
 from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml_text
 from vision_attn.io.yaml import load_yaml as read_yaml_document
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
@@ -33,9 +33,6 @@ MAX_REPEATS = 64
 """Bounds that keep a hostile file from asking for unbounded memory or time."""
 MAX_CHANNELS = 16384
 """Argument strings that stand for a value the schema defines."""
-
-_SCALE_IN_NAME = re.compile(r"yolo(?:e-)?v?\d+([nslmx])(?![a-z0-9])")
-
 
 @dataclass(frozen=True)
 class Row:
@@ -69,8 +66,7 @@ class DetectorSpec:
 
 def scale_from_name(name: str) -> str | None:
     """The scale letter in a file name such as ``yolov8n.yaml`` or ``yolo11s-cbam.yaml``."""
-    m = _SCALE_IN_NAME.search(Path(name).stem.lower())
-    return m.group(1) if m else None
+    return without_scale(Path(name).name)[1]
 
 
 def load_yaml(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -84,15 +80,10 @@ def load_yaml(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], s
     if text_given:
         text = str(source)
     else:
-        path = Path(source)
-        if not path.is_file():
-            # yolov8n.yaml -> yolov8.yaml (scale n), as ultralytics names its files
-            m = _SCALE_IN_NAME.search(path.stem.lower())
-            alt = path.with_name(path.stem[: m.start(1)] + path.stem[m.end(1):] + path.suffix) if m else None
-            if alt is None or not alt.is_file():
-                raise ConfigError(f"{label}: no such YAML file; give a path to a detector YAML "
-                                  "(for example configs/detect/yolov8.yaml)")
-            path = alt
+        path = resolve_path(source, kinds=("model",))  # yolov8n.yaml -> yolov8.yaml (scale n); shipped names
+        if path is None or not path.is_file():
+            raise ConfigError(f"{label}: no such YAML file; give a path to a detector YAML or a shipped name "
+                              "(`vision-attn configs` lists them, e.g. yolov8n.yaml)")
         text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
     data = read_yaml_document(text, label, DETECTOR_LIMITS)
     if not isinstance(data, dict):

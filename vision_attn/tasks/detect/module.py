@@ -2,7 +2,7 @@
 
 Training: SGD (Nesterov momentum) or AdamW over three parameter groups (weights with decay; norm
 weights and biases without), the YOLO warmup (biases from a high rate, momentum ramp) and a linear or
-cosine decay (:class:`~vision_attn.tasks.det_schedule.WarmupDecay`, set before every step), and an EMA
+cosine decay (:class:`~vision_attn.tasks.detect.schedule.WarmupDecay`, set before every step), and an EMA
 of the weights (``timm.utils.ModelEmaV3``, frozen so that DDP ignores it) whose decay ramps up as
 ``decay * (1 - exp(-step / ema_tau))``. The loss is summed over the images of a batch (YOLOv8's
 convention, so SGD's rates match ultralytics'); a loss that is not finite stops training with a
@@ -26,29 +26,33 @@ from timm.utils import ModelEmaV3
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import DetectionLoss
-from vision_attn.models.yolo import build_detector
+from vision_attn.io.resources import resolve_path
 from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
+from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.postprocess import postprocess, to_original
 from vision_attn.models.yolo.from_ultralytics import class_layer_keys, pretrained_yaml
 from vision_attn.models.yolo.transfer import detector_state
-from vision_attn.tasks.det_schedule import WarmupDecay
+from vision_attn.tasks.detect.plots import prediction_grid, save_image
+from vision_attn.tasks.detect.schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
 
 __all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml", "DEFAULT_YAML"]
 
-DEFAULT_YAML = "configs/detect/yolov8.yaml"
+DEFAULT_YAML = "yolov8.yaml"
 
 
 def load_detector_yaml(yaml: str) -> str:
-    """The text of a detector YAML given as a path (or YAML text itself)."""
+    """The text of a detector YAML given as a path or shipped name (or YAML text itself)."""
     if "\n" in yaml:
         return yaml
-    path = Path(yaml)
-    if not path.is_file():
-        raise ConfigError(f"model.yaml={yaml!r}: no such file; give a detector YAML such as "
-                          f"configs/detect/yolov8.yaml (paths are relative to the working directory)")
+    path = resolve_path(yaml, kinds=("model",))
+    if path is None or not path.is_file():
+        raise ConfigError(f"model.yaml={yaml!r}: no such file (looked beside the config, in the working directory "
+                          "and among the shipped model YAMLs: `vision-attn configs`); give a detector YAML such as "
+                          "yolov8n.yaml")
     text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
     check_yaml(text, str(path), DETECTOR_LIMITS)
     return text
@@ -71,9 +75,9 @@ class DetectionModule(pl.LightningModule):
     """Images (B, 3, H, W) in [0, 1] -> detections, trained with the YOLOv8 loss.
 
     Args:
-        yaml: the detector YAML (``configs/detect/yolov8.yaml``); its text is stored in checkpoints. None: the
-            YAML inside ``pretrained`` when it carries one (an ultralytics ``.pt``, a detection run's
-            checkpoint), else ``configs/detect/yolov8.yaml``.
+        yaml: the detector YAML (a path or a shipped name such as ``yolov8n.yaml``; ``configs/models/``); its
+            text is stored in checkpoints. None: the YAML inside ``pretrained`` when it carries one (an
+            ultralytics ``.pt``, a detection run's checkpoint), else ``yolov8.yaml``.
         scale: a letter of the YAML's ``scales`` (``n``, ``s``, ...; None: the YAML's ``scale`` key, else the
             letter in the file name, else the first).
         num_classes, class_names: set from the data.
@@ -141,8 +145,11 @@ class DetectionModule(pl.LightningModule):
             raise ConfigError(f"model.conf={conf}, iou={iou}, max_det={max_det}: give 0 <= conf < 1, 0 < iou <= 1, "
                               f"max_det >= 1")
         carried = pretrained_yaml(pretrained) if yaml is None and pretrained is not None else None
-        self.yaml_source = yaml if yaml is not None else f"{pretrained} (its YAML)" if carried else DEFAULT_YAML
-        self.yaml_text = carried or load_detector_yaml(yaml if yaml is not None else DEFAULT_YAML)
+        yaml = yaml if yaml is not None or carried else DEFAULT_YAML
+        self.yaml_source = yaml if yaml is not None else f"{pretrained} (its YAML)"
+        self.yaml_text = carried or load_detector_yaml(yaml)
+        if scale is None and yaml is not None and "\n" not in yaml:
+            scale = scale_from_name(yaml)  # yolov8s.yaml: scale s
         self.model = build_detector(self.yaml_text, scale=scale, num_classes=num_classes)
         if pretrained is not None:
             load_matching(self.model, pretrained)
@@ -212,7 +219,9 @@ class DetectionModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["ema_step"] = self._ema_step
-        checkpoint["detector_yaml"] = self.yaml_text
+        checkpoint["task"] = "det"
+        checkpoint["model_yaml"] = load_yaml(self.yaml_text)[0]  # the model description itself, not a path
+        checkpoint["model_scale"] = self.model.scale
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._ema_step = int(checkpoint.get("ema_step", 0))
@@ -263,8 +272,6 @@ class DetectionModule(pl.LightningModule):
         return dets, truth
 
     def on_validation_epoch_end(self) -> None:
-        from vision_attn.evaluation import coco_map
-
         dets, truth = self._gathered()
         dm = getattr(self.trainer, "datamodule", None)
         truth_source = dm.ground_truth() if dm is not None and hasattr(dm, "ground_truth") else None
@@ -281,8 +288,6 @@ class DetectionModule(pl.LightningModule):
             return
         self.last_val_step = self.global_step
         if self._samples is not None and self.trainer.is_global_zero and self.trainer.default_root_dir:
-            from vision_attn.tasks.det_plots import prediction_grid, save_image
-
             grid = prediction_grid(self._samples["images"], self._samples["predictions"], self._samples["truths"],
                                    self.class_names)
             save_image(grid, Path(self.trainer.default_root_dir) / "predictions.png")

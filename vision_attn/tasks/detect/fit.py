@@ -1,6 +1,6 @@
 """Training a detector end to end: ``vision-attn train det`` runs :func:`train_detector`.
 
-The shared machinery is :func:`vision_attn.tasks.train.run_training`; this file adds what detection
+The shared machinery is :func:`vision_attn.tasks.runner.run_training`; this file adds what detection
 needs: the data module and module from the configuration (classes from the data), ``best.ckpt`` on
 ``val/mAP50-95``, and at the end ``model.safetensors`` (EMA weights), ``loss.png`` and ``map.png``,
 ``predictions.png`` (written by each validation) and ``metrics.json`` with the mAP figures and the
@@ -12,28 +12,32 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from vision_attn.tasks.config import to_dict
+from vision_attn.analysis.flops import count_flops
 from vision_attn.io.atomic import write_json
+from vision_attn.models.yolo import build_detector
+from vision_attn.tasks.config import to_dict
+from vision_attn.tasks.detect.data import DetectionDataModule
+from vision_attn.tasks.detect.module import DetectionModule, load_detector_yaml
+from vision_attn.tasks.detect.plots import DETECTION_PANELS
+from vision_attn.tasks.detect.run import load_detector_run
+from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.run_folder import RunFolder
-from vision_attn.tasks.train import (Echo, TrainResult, TrainTask, _value, run_metrics, run_training,
-                                     save_final_weights)
+from vision_attn.tasks.runner import TrainResult, metric_value, run_metrics, run_training, save_final_weights
+from vision_attn.tasks.task import Echo, Task
 
-__all__ = ["train_detector", "DETECTION"]
+__all__ = ["train_detector", "DETECT"]
 
 
 def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None) -> TrainResult:
     """Train a detector as ``config`` says and write the run folder; return its path and final metrics.
 
-    ``config``: command-line arguments (``["--config", "configs/detect/demo_digit_boxes.yaml"]``), a
+    ``config``: command-line arguments (``["--config", "configs/train/detect/demo_digit_boxes.yaml"]``), a
     nested dict over the defaults, or a parsed configuration (``parse_train_config(args, "det")``).
     """
-    return run_training(config, DETECTION, echo=echo)
+    return run_training(config, DETECT, echo=echo)
 
 
 def _build(cfg, say: Echo) -> tuple[Any, Any]:
-    from vision_attn.tasks.det_datamodule import DetectionDataModule
-    from vision_attn.tasks.detection import DetectionModule, load_detector_yaml
-
     if to_dict(cfg)["model"]["yaml"] is not None:  # None: the YAML inside model.pretrained (or the default)
         load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
@@ -51,14 +55,10 @@ def _build(cfg, say: Echo) -> tuple[Any, Any]:
 def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_seconds: float,
             ckpt_path: str | None) -> dict[str, Any]:
     """Write model.safetensors, the curves and metrics.json; return the metrics."""
-    from vision_attn.analysis import count_flops
-    from vision_attn.models.yolo import build_detector
-    from vision_attn.tasks.plots import DETECTION_PANELS, epoch_history, plot_curves
-
     save_final_weights(run, trainer, module)
     img_size = cfg.data.img_size
     with torch.device("meta"):
-        shadow = build_detector(module.yaml_text, scale=cfg.model.scale, num_classes=module.hparams.num_classes)
+        shadow = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
     flops = count_flops(shadow, img_size, name=module.yaml_source)
     plot_curves(epoch_history(run.csv), run.path, DETECTION_PANELS)
     callback = trainer.checkpoint_callback
@@ -76,9 +76,9 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "train_data": datamodule.train_set.stats.summary(),
         "val_data": datamodule.val_set.stats.summary(),
         "img_size": img_size,
-        "val_map": _value(cm, "val/mAP50-95"),
-        "val_map50": _value(cm, "val/mAP50"),
-        "train_loss": _value(cm, "train/loss_epoch"),
+        "val_map": metric_value(cm, "val/mAP50-95"),
+        "val_map50": metric_value(cm, "val/mAP50"),
+        "train_loss": metric_value(cm, "train/loss_epoch"),
         "best_val_map": None if best is None else float(best),
         **run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
         "params": flops.params,
@@ -94,6 +94,9 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-DETECTION = TrainTask(
-    name="det", monitor="val/mAP50-95", build=_build, finish=_finish, lr_monitor=False,
-    summary=lambda m: f"val mAP@.5 {_pct(m['val_map50'])}, mAP@[.5:.95] {_pct(m['val_map'])}")
+DETECT = Task(
+    name="det", title="Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes).",
+    module=DetectionModule, datamodule=DetectionDataModule, filled=frozenset({"num_classes", "class_names"}),
+    monitor="val/mAP50-95", build=_build, finish=_finish, load=load_detector_run, lr_monitor=False,
+    summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
+    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()})

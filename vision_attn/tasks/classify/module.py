@@ -27,6 +27,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
+from vision_attn.tasks.classify.network import build_network
+from vision_attn.tasks.classify.run import load_classifier
 from vision_attn.tasks.finite import stop_if_not_finite
 from vision_attn.tasks.optim import param_groups
 
@@ -208,6 +210,7 @@ class ClassificationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["ema_step"] = self._ema_step
+        checkpoint["task"] = "cls"  # the model description is in hyper_parameters: name, model_kwargs, ...
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._ema_step = int(checkpoint.get("ema_step", 0))
@@ -252,24 +255,10 @@ class ClassificationModule(pl.LightningModule):
         scheduler.step_update(num_updates=self.global_step)
 
 
-# ------------------------------------------------------------------------------------------------
-def build_network(name: str, model_kwargs: dict[str, Any] | None = None, *, attention: Any = None,
-                  pretrained: str | None = None, num_classes: int, img_size: int | None) -> nn.Module:
-    """``create_model`` with the data's class count and image size (unless ``model_kwargs`` sets it)."""
-    kwargs = dict(model_kwargs or {})
-    if img_size is not None and "img_size" not in kwargs and not name.startswith("timm:"):
-        kwargs["img_size"] = img_size
-    if attention is not None:
-        kwargs["attention"] = attention
-    return create_model(name, pretrained=pretrained, num_classes=num_classes, **kwargs)
-
-
 def load_teacher(path: str, model: str | None, kwargs: dict[str, Any] | None,
                  num_classes: int) -> tuple[nn.Module, int | None]:
     """A frozen teacher in eval mode, from a run's checkpoint or a weights file of ``model``, and the
     image size it was trained at (a run's; None for a weights file)."""
-    from vision_attn.tasks.inference import load_classifier  # avoids an import cycle
-
     if Path(path).suffix == ".ckpt" or model is None:
         if Path(path).suffix != ".ckpt" and model is None:
             raise ConfigError(f"model.teacher={path!r} is a weights file: also set model.teacher_model to its "

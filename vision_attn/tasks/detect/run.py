@@ -2,47 +2,39 @@
 
 A detection run's ``best.ckpt`` / ``last.ckpt`` holds the detector YAML's text, its scale, the class
 names and the data's image size beside the weights; it is read with ``torch.load(weights_only=True)``
-and the EMA weights are used when the run kept an EMA.
+and the EMA weights are used when the run kept an EMA. An ultralytics ``.pt`` reads as such a
+checkpoint too (:func:`vision_attn.io.state_dict.read_checkpoint`, without ultralytics).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
-from vision_attn.data.detection import DetectionDataset, DetectionRecord, DetectionStats, collate_detection
+from vision_attn.data import DetectionTransform, image_paths, open_detection
+from vision_attn.data.detection import (DetectionDataset, DetectionRecord, DetectionStats, collate_detection,
+                                       read_image)
+from vision_attn.evaluation import coco_map
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.io.atomic import write_json
-from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint
-from vision_attn.models.yolo.builder import build_detector
-from vision_attn.models.yolo.from_ultralytics import detector_from_ultralytics
+from vision_attn.io.resources import resolve_path
+from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.postprocess import postprocess, to_original
-from vision_attn.tasks.inference import image_paths, load_run_checkpoint, load_run_weights
+from vision_attn.tasks.detect.plots import draw_boxes, save_image
+from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
 
-__all__ = ["Detector", "load_detector", "evaluate_detector", "predict_detections", "ImageList"]
-
-
-@dataclass
-class Detector:
-    """A detector in eval mode with its class names, image size and training arguments."""
-
-    model: nn.Module
-    names: list[str]
-    img_size: int
-    hparams: dict[str, Any]
-    data_hparams: dict[str, Any]
+__all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "evaluate_detector", "predict_detections",
+           "ImageList"]
 
 
 def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names: Sequence[str], img_size: int,
                         scale: str | None = None, source: str = "checkpoint") -> dict[str, Any]:
     """A detection checkpoint in the layout of a run's ``best.ckpt`` (what :func:`load_detector` and
-    ``model.pretrained`` read): the YAML's text, the class names, the image size and every tensor of
+    ``model.pretrained`` read): the YAML's model dict and scale, the class names, the image size and every tensor of
     the model built from ``yaml_text``, those of ``state`` loaded (the rest, rows ``state`` lacks, at
     their initialisation)."""
     model = build_detector(yaml_text, scale=scale, num_classes=len(names))
@@ -52,36 +44,48 @@ def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names
         raise CheckpointError(f"{source}: {len(unknown)} tensor(s) do not fit the edited detector "
                               f"({', '.join(unknown[:4])}); the YAML and the weights are of different models")
     model.load_state_dict(state, strict=False)
-    return {"detector_yaml": yaml_text, "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+    return {"task": "det", "model_yaml": load_yaml(yaml_text)[0], "model_scale": model.scale,
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
             "hyper_parameters": {"scale": model.scale, "num_classes": len(names), "class_names": list(names),
                                  "source": source},
             "datamodule_hyper_parameters": {"img_size": int(img_size)}}
 
 
-def _ultralytics_detector(path: Path) -> Detector:
-    loaded = detector_from_ultralytics(path)
-    ckpt = loaded.checkpoint
-    hp = {"scale": loaded.model.scale, "num_classes": ckpt.nc, "class_names": ckpt.names, "source": str(path),
-          "train_args": ckpt.train_args}
-    return Detector(loaded.model.eval(), ckpt.names, ckpt.img_size, hp, {"img_size": ckpt.img_size})
-
-
-def load_detector(path: str | os.PathLike) -> Detector:
-    """The detector of a detection run's checkpoint (``runs/NAME/best.ckpt`` or the run folder), of a
-    :func:`detector_checkpoint` file, or of an ultralytics ``.pt`` (read without ultralytics)."""
-    if is_ultralytics_checkpoint(path):
-        return _ultralytics_detector(Path(path))
-    ckpt, p = load_run_checkpoint(path)
-    if not isinstance(ckpt, dict) or "detector_yaml" not in ckpt or "state_dict" not in ckpt:
-        if isinstance(ckpt, dict) and "name" in ckpt.get("hyper_parameters", {}):
-            raise CheckpointError(f"{p}: a classification checkpoint; use `vision-attn eval cls` / `predict cls`")
-        raise CheckpointError(f"{p}: not a vision_attn detection checkpoint (no detector YAML and state_dict)")
-    hp = dict(ckpt["hyper_parameters"])
+def load_detector_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
+                      weights: bool = True) -> Run:
+    """The detection run of the checkpoint dict ``ckpt`` (read from ``path``): the detector rebuilt from
+    the YAML dict (or, in older checkpoints, text) and scale it records, on ``device`` (with the run's
+    weights unless ``weights`` is False), its class names and input size."""
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    description = ckpt.get("model_yaml", ckpt.get("detector_yaml"))
+    if description is None and isinstance(hp.get("yaml"), str):  # checkpoints from before the record: the path
+        description = resolve_path(hp["yaml"], base=path.parent, kinds=("model",))
+        if description is None:
+            raise CheckpointError(f"{path}: its model YAML {hp['yaml']} is not there any more (a checkpoint from "
+                                  "before vision_attn recorded the YAML itself); give the YAML itself")
+    if description is None:
+        raise CheckpointError(f"{path}: not a vision_attn detection checkpoint (no detector YAML and state_dict)")
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
-    model = build_detector(ckpt["detector_yaml"], scale=hp.get("scale"), num_classes=hp["num_classes"])
-    load_run_weights(model, ckpt["state_dict"], f"{p}: the weights do not fit the detector")
+    with torch.device(device):
+        model = build_detector(description, scale=ckpt.get("model_scale", hp.get("scale")),
+                               num_classes=hp["num_classes"])
+    if weights:
+        load_run_weights(model, ckpt["state_dict"], f"{path}: the weights do not fit the detector")
     names = list(hp.get("class_names") or [str(i) for i in range(hp["num_classes"])])
-    return Detector(model.eval(), names, int(data_hp.get("img_size", 640)), hp, data_hp)
+    size = int(data_hp.get("img_size", 640))
+    label = f"{Path(str(hp.get('yaml', 'detector'))).name} scale {model.scale or '-'} ({path.parent.name}/{path.name})"
+    return Run("det", model.eval(), names, (size, size), label, path, hp, data_hp, mean=(0.0, 0.0, 0.0),
+               std=(1.0, 1.0, 1.0))
+
+
+def load_detector(path: str | os.PathLike) -> Run:
+    """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), a
+    :func:`detector_checkpoint` file or an ultralytics ``.pt``."""
+    ckpt, file = read_run_checkpoint(path)
+    task = task_of(ckpt)
+    if task not in (None, "det"):
+        raise CheckpointError(f"{file}: a classification checkpoint; use `vision-attn eval cls` / `predict cls`")
+    return load_detector_run(ckpt, file)
 
 
 class ImageList(DetectionDataset):
@@ -105,7 +109,7 @@ class ImageList(DetectionDataset):
 
 
 @torch.no_grad()
-def _run(det: Detector, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
+def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
          max_det: int, multi_label: bool) -> list[dict[str, Any]]:
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
     out = []
@@ -125,14 +129,11 @@ def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *,
     """COCO mAP@[.5:.95], mAP@.5 and per-class AP of a run's checkpoint on the ``split`` of ``data``
     (``demo:digit-boxes``, a YOLO data YAML or a COCO folder); its classes must be the checkpoint's.
     ``backend``: ``faster`` (faster-coco-eval) or ``pycocotools``, the same numbers."""
-    from vision_attn.data import DetectionTransform, open_detection
-    from vision_attn.evaluation import coco_map
-
     det = load_detector(checkpoint)
-    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(det.img_size))
-    if list(dataset.names) != det.names:
+    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(det.img_size[0]))
+    if list(dataset.names) != det.classes:
         raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
-                        f"{det.names}; evaluate on data with the same classes in the same order")
+                        f"{det.classes}; evaluate on data with the same classes in the same order")
     dets = _run(det, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
                 multi_label=True)
     report = coco_map(dataset.ground_truth(), dets, names=dataset.names, category_ids=dataset.category_ids,
@@ -148,13 +149,9 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     """Detections for image files (folders are searched): ``[{"image", "width", "height", "detections":
     [{"box": [x1, y1, x2, y2], "score", "label", "class"}]}]`` in original pixels. With ``output``, each
     image with its boxes drawn is written there under its own name, and the list as ``detections.json``."""
-    from vision_attn.data import DetectionTransform
-    from vision_attn.data.detection import read_image
-    from vision_attn.tasks.det_plots import draw_boxes, save_image
-
     det = load_detector(checkpoint)
     paths = image_paths(images)
-    dataset = ImageList(paths, transform=DetectionTransform(det.img_size))
+    dataset = ImageList(paths, transform=DetectionTransform(det.img_size[0]))
     found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
                  multi_label=False)
     out_dir = Path(output) if output is not None else None
@@ -164,12 +161,12 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     used: set[str] = set()
     for rec, d in zip(dataset.records, found):
         items = [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 5), "label": int(lb),
-                  "class": det.names[int(lb)]} for box, s, lb in zip(d["boxes"], d["scores"], d["labels"])]
+                  "class": det.classes[int(lb)]} for box, s, lb in zip(d["boxes"], d["scores"], d["labels"])]
         entry = {"image": str(rec.path), "width": rec.width, "height": rec.height, "detections": items}
         if out_dir is not None:
             name = f"{rec.path.stem}.png" if f"{rec.path.stem}.png" not in used else f"{rec.path.stem}_{rec.image_id}.png"
             used.add(name)
-            drawn = draw_boxes(read_image(rec.path), d["boxes"], d["labels"], det.names, d["scores"], thickness=2)
+            drawn = draw_boxes(read_image(rec.path), d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
             entry["drawn"] = str(save_image(drawn, out_dir / name))
         results.append(entry)
     if out_dir is not None:

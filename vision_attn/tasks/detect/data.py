@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from vision_attn.data import DetectionTransform, collate_detection, open_detection
 from vision_attn.data.loader import check_loader_args, make_loader
 from vision_attn.errors import ConfigError, DataError
 
@@ -69,8 +70,6 @@ class DetectionDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- data
     def _open(self, split: str, train: bool) -> Any:
-        from vision_attn.data import DetectionTransform, open_detection
-
         hp = self.hparams
         transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
                                        scale=hp.affine_scale, translate=hp.translate, hsv=tuple(hp.hsv),
@@ -123,8 +122,6 @@ class DetectionDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- loaders
     def _loader(self, dataset: Any, batch_size: int, train: bool) -> DataLoader:
-        from vision_attn.data import collate_detection
-
         hp = self.hparams
         return make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
                            persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory, drop_last=hp.drop_last,

@@ -13,7 +13,11 @@ import torch
 
 from vision_attn.io.atomic import write_bytes
 
-__all__ = ["draw_boxes", "prediction_grid", "save_image"]
+DETECTION_PANELS = (("loss.png", ("train/loss_epoch", "train/box", "train/cls", "train/dfl"), "loss"),
+                    ("map.png", ("val/mAP50", "val/mAP50-95"), "mAP (%)"))
+"""``loss.png`` (the loss and its parts) and ``map.png`` (mAP@.5 and mAP@[.5:.95], %)."""
+
+__all__ = ["DETECTION_PANELS", "draw_boxes", "prediction_grid", "save_image"]
 
 _PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
             (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128), (220, 190, 255)]

@@ -1,0 +1,59 @@
+"""``vision-attn models [PATTERN]``: registered variants with parameters and GMACs (parsing and printing
+only; the counts are :func:`vision_attn.analysis.count_model_flops`)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+import vision_attn
+from vision_attn.analysis import FlopReport, count_model_flops
+from vision_attn.commands import CONVENTIONS, size_text
+from vision_attn.errors import ConfigError
+
+
+def _model_row(name: str) -> tuple[FlopReport, dict[str, Any]]:
+    report = count_model_flops(name)  # meta device: nothing allocated, nothing computed
+    row = {"name": name, "params": report.params, "macs": report.macs, "gmacs": round(report.gmacs, 4),
+           "img_size": list(report.input_shape[-2:])}
+    return report, row
+
+
+def models_table(names: Sequence[str], title: str | None = None) -> tuple[Table, list[dict[str, Any]]]:
+    """A table (and JSON rows) of registered variants: parameters, GMACs at their default size."""
+    table = Table(title=title, caption=CONVENTIONS["macs"] + ".", caption_justify="left")
+    table.add_column("model")
+    table.add_column("params (M)", justify="right")
+    table.add_column("GMACs", justify="right")
+    table.add_column("image", justify="right")
+    rows = []
+    for name in names:
+        report, row = _model_row(name)
+        rows.append(row)
+        table.add_row(name, f"{report.params / 1e6:.2f}", f"{report.gmacs:.2f}", size_text(row["img_size"]))
+    return table, rows
+
+
+def _cmd_models(args: argparse.Namespace, console: Console) -> int:
+    names = vision_attn.list_models(args.pattern)
+    if not names:
+        raise ConfigError(f"no registered model matches {args.pattern!r}: run `vision-attn models` to list them all")
+    table, rows = models_table(names)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        console.print(table)
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``models``."""
+    p = sub.add_parser("models", help="list registered models with parameters and GMACs",
+                       description="Registered variants: parameters (M) and GMACs at their default image size. "
+                       + CONVENTIONS["macs"] + ".")
+    p.add_argument("pattern", nargs="?", default="*", help="shell-style pattern, e.g. 'deit_*' (default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.set_defaults(func=_cmd_models)

@@ -1,0 +1,47 @@
+"""``vision-attn train cls|det --config NAME [--section.key value ...]``: parsing and printing only;
+the work is :func:`vision_attn.tasks.train` of the task named (see :mod:`vision_attn.tasks.registry`)."""
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+TASK_HELP = "cls: image classification; det: object detection"
+PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
+
+
+def _cmd_train(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.tasks import dump_config, get_task, parse_train_config, train  # Lightning loads here
+    from vision_attn.tasks.registry import build_train_parser
+
+    rest = list(args.args)
+    if any(a in ("-h", "--help") for a in rest):
+        build_train_parser(args.task).print_help()
+        return 0
+    printing = any(a in PRINT_CONFIG_FLAGS for a in rest)
+    cfg = parse_train_config([a for a in rest if a not in PRINT_CONFIG_FLAGS], args.task)
+    if printing:
+        print(dump_config(cfg, task=args.task), end="")
+        return 0
+    result = train(args.task, cfg, echo=lambda line: console.print(line, markup=False))
+    if result.metrics:
+        m = result.metrics
+        size = f"{m['gmacs']:.4f} GMACs" if "gmacs" in m else f"{m['gflops']:.2f} GFLOPs"
+        model = f"{m['model']} {m.get('scale') or ''}".strip()
+        console.print(f"[bold]final {get_task(args.task).summary(m)}[/bold] ({model}, "
+                      f"{m['epochs']} epochs, {m['wall_time_s']:.0f} s, {m['params'] / 1e6:.2f} M params, {size})")
+        console.print(f"run folder: {result.run_dir}")
+    return 0
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``train``."""
+    p = sub.add_parser("train", help="train a model: `train cls|det --config NAME` (`vision-attn configs` lists them)",
+                       description="Train a classifier (cls) on ImageNet-style folders or a YOLO-style detector (det) "
+                       "on COCO json / YOLO txt data with PyTorch Lightning. --config takes a file or a shipped "
+                       "name (demo_digits, demo_digit_boxes; `vision-attn configs`). `vision-attn train cls --help` "
+                       "(or `train det --help`) lists every config key.")
+    p.add_argument("task", choices=["cls", "det"], help=TASK_HELP)
+    p.add_argument("args", nargs=argparse.REMAINDER,
+                   help="--config FILE|NAME, --section.key VALUE overrides, --print-config, --help")
+    p.set_defaults(func=_cmd_train)

@@ -1,0 +1,46 @@
+"""The classification run's figures: the curves it draws and the validation confusion matrix."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from matplotlib.figure import Figure
+
+from vision_attn.io.atomic import save_figure
+
+__all__ = ["CLASSIFICATION_PANELS", "plot_confusion"]
+
+CLASSIFICATION_PANELS = (("loss.png", ("train/loss_epoch", "val/loss"), "loss"),
+                         ("accuracy.png", ("val/top1", "val/top5"), "accuracy (%)"))
+"""``loss.png`` (train and val loss) and ``accuracy.png`` (val top-1/top-5, %)."""
+
+
+def plot_confusion(confusion: torch.Tensor, classes: Sequence[str], path: str | os.PathLike,
+                   title: str = "validation confusion matrix") -> Path:
+    """A (C, C) confusion matrix (rows: true class, columns: predicted) as a heat map with counts."""
+    m = confusion.to(torch.int64)
+    n = len(classes)
+    side = min(max(4.0, 0.45 * n + 2), 16.0)
+    fig = Figure(figsize=(side, side * 0.9))
+    ax = fig.add_subplot()
+    im = ax.imshow(m.numpy(), cmap="Blues")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if n <= 40:
+        ax.set_xticks(range(n), list(classes), rotation=90 if n > 10 else 0)
+        ax.set_yticks(range(n), list(classes))
+        if n <= 20:
+            peak = max(int(m.max()), 1)
+            for i in range(n):
+                for j in range(n):
+                    if m[i, j]:
+                        ax.text(j, i, str(int(m[i, j])), ha="center", va="center", fontsize=8,
+                                color="white" if m[i, j] > peak / 2 else "black")
+    total = int(m.sum())
+    acc = float(m.diagonal().sum()) / total if total else math.nan
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"{title} (top-1 {100 * acc:.1f}%, {total} images)")
+    return save_figure(fig, path)

@@ -1,0 +1,119 @@
+"""Loading a trained classification run: evaluation on a folder, top-k predictions for images.
+
+A run's ``best.ckpt`` / ``last.ckpt`` holds the model's name and arguments, the class names and the
+data's evaluation settings beside the weights; it is read with ``torch.load(weights_only=True)``, and
+the EMA weights are used when the run kept an EMA.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, resolve_root, scan_folder
+from vision_attn.errors import CheckpointError, DataError
+from vision_attn.tasks.classify.network import build_network
+from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+
+__all__ = ["load_classifier", "load_classifier_run", "evaluate_classifier", "predict_images", "accuracy_report"]
+
+
+def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
+                        weights: bool = True) -> Run:
+    """The classification run of the checkpoint dict ``ckpt`` (read from ``path``): its network rebuilt
+    from the recorded name and arguments on ``device`` (with the run's weights unless ``weights`` is
+    False, e.g. on the meta device to count FLOPs), class names, input size and evaluation pipeline."""
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    if "name" not in hp:
+        raise CheckpointError(f"{path}: a checkpoint without a model name in its hyper-parameters (not a vision_attn "
+                              "classification run); for plain weights use create_model(name, pretrained=PATH)")
+    data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    with torch.device(device):
+        model = build_network(hp["name"], hp.get("model_kwargs"), attention=hp.get("attention"), pretrained=None,
+                              num_classes=hp["num_classes"], img_size=hp.get("img_size"))
+    if weights:
+        load_run_weights(model, ckpt["state_dict"], f"{path}: the weights do not fit {hp['name']}")
+    size = data_hp.get("img_size", hp.get("img_size") or 224)
+    mean = tuple(data_hp.get("mean", IMAGENET_MEAN))
+    std = tuple(data_hp.get("std", IMAGENET_STD))
+    transform = eval_transforms(size, crop_pct=data_hp.get("crop_pct", 0.875), mean=mean, std=std,
+                                interpolation=data_hp.get("interpolation", "bicubic"))
+    classes = list(hp.get("class_names") or [str(i) for i in range(hp["num_classes"])])
+    hw = (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+    return Run("cls", model.eval(), classes, hw, f"{hp['name']} ({path.parent.name}/{path.name})", path, hp, data_hp,
+               mean=mean, std=std, transform=transform)
+
+
+def load_classifier(path: str | os.PathLike) -> Run:
+    """The classification run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), its network in
+    eval mode with the EMA weights when the run kept them."""
+    ckpt, file = read_run_checkpoint(path)
+    task = task_of(ckpt)
+    if task not in (None, "cls"):
+        raise CheckpointError(f"{file}: a {task} run's checkpoint, not a classification run's; use `vision-attn "
+                              f"eval {task}` / `predict {task}`")
+    return load_classifier_run(ckpt, file)
+
+
+def accuracy_report(confusion: torch.Tensor, classes: Sequence[str]) -> dict[str, Any]:
+    """Top-1 and per-class accuracy from a (C, C) confusion matrix (rows: true class)."""
+    confusion = confusion.to(torch.int64)
+    per_class_n = confusion.sum(dim=1)
+    correct = confusion.diagonal()
+    total = int(per_class_n.sum())
+    per_class = {c: (float(correct[i] / per_class_n[i]) if per_class_n[i] else None) for i, c in enumerate(classes)}
+    return {"top1": float(correct.sum()) / total if total else math.nan, "images": total,
+            "per_class_accuracy": per_class, "per_class_images": {c: int(per_class_n[i]) for i, c in enumerate(classes)}}
+
+
+@torch.no_grad()
+def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, *, batch_size: int = 64,
+                        num_workers: int = 0) -> dict[str, Any]:
+    """Top-1, top-5 and per-class accuracy of a run's checkpoint on ``data``: the ``val/`` folder of a
+    root that has one (``demo:digits`` included), else the class folders of ``data`` itself; its class
+    names must be among the checkpoint's."""
+    clf = load_classifier(checkpoint)
+    root = resolve_root(data)
+    folder = root / "val" if (root / "val").is_dir() else root
+    scan = scan_folder(folder, classes=clf.classes, role="eval")
+    if scan.empty_files:
+        raise DataError(f"{scan.empty_files[0]}: empty image file (0 bytes); replace or delete it")
+    loader = DataLoader(ImageFolder(scan.samples, clf.classes, clf.transform), batch_size=batch_size,
+                        num_workers=num_workers)
+    n = len(clf.classes)
+    k = min(5, n)
+    confusion = torch.zeros(n, n, dtype=torch.int64)
+    top5 = 0
+    for x, y in loader:
+        logits = clf.model(x)
+        pred = logits.argmax(dim=-1)
+        confusion += torch.bincount(y * n + pred, minlength=n * n).reshape(n, n)
+        top5 += int((logits.topk(k, dim=-1).indices == y[:, None]).any(dim=-1).sum())
+    report = accuracy_report(confusion, clf.classes)
+    report.update(top5=top5 / max(report["images"], 1), checkpoint=str(checkpoint), data=str(folder),
+                  model=clf.hparams["name"], confusion=confusion.tolist())
+    return report
+
+
+@torch.no_grad()
+def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *, top_k: int = 5,
+                   batch_size: int = 32) -> list[dict[str, Any]]:
+    """Top-k labels with probabilities for image files (folders are searched for images):
+    ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``."""
+    clf = load_classifier(checkpoint)
+    paths = image_paths(images)
+    k = max(1, min(top_k, len(clf.classes)))
+    results = []
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start:start + batch_size]
+        x = torch.stack([clf.transform(image=load_image(p))["image"] for p in chunk])  # (B, 3, H, W)
+        probs = clf.model(x).float().softmax(dim=-1)
+        values, indices = probs.topk(k, dim=-1)
+        for p, v, i in zip(chunk, values.tolist(), indices.tolist()):
+            results.append({"image": str(p), "top": [{"label": clf.classes[j], "index": j, "prob": round(pv, 6)}
+                                                     for pv, j in zip(v, i)]})
+    return results

@@ -1,0 +1,72 @@
+"""The tasks vision_attn trains, by name, and what the command line and the tools after training call.
+
+``TASKS`` maps ``cls`` and ``det`` to their :class:`~vision_attn.tasks.task.Task`. The functions here
+take a task by name: :func:`train` (``vision-attn train TASK``), :func:`parse_train_config`,
+:func:`dump_config`, :func:`build_train_parser`, and :func:`load_run`, the one loader of a trained run
+that ``eval``, ``predict``, ``flops``, ``compare`` and ``export`` share: it reads the task and the model
+description from the checkpoint.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.tasks import config as _config
+from vision_attn.tasks.classify.fit import CLASSIFY
+from vision_attn.tasks.detect.fit import DETECT
+from vision_attn.tasks.runner import TrainResult, run_training
+from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of
+from vision_attn.tasks.task import Echo, Task
+
+__all__ = ["TASKS", "get_task", "train", "parse_train_config", "dump_config", "build_train_parser", "load_run"]
+
+TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT)}
+
+
+def get_task(name: str | Task) -> Task:
+    """The task called ``name`` (``cls`` or ``det``)."""
+    if isinstance(name, Task):
+        return name
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def train(task: str, config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None) -> TrainResult:
+    """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration)."""
+    return run_training(config, get_task(task), echo=echo)
+
+
+def build_train_parser(task: str | Task = "cls"):
+    """The jsonargparse parser of ``vision-attn train TASK``."""
+    return _config.build_train_parser(get_task(task))
+
+
+def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None = None, task: str | Task = "cls"):
+    """A validated configuration of ``task`` from command-line arguments or a nested dict (see
+    :func:`vision_attn.tasks.config.parse_train_config`)."""
+    return _config.parse_train_config(args, get_task(task))
+
+
+def dump_config(cfg, *, run_flags: bool = True, task: str | Task = "cls") -> str:
+    """The full configuration of ``task`` as YAML (what ``--print-config`` prints)."""
+    return _config.dump_config(cfg, get_task(task), run_flags=run_flags)
+
+
+def load_run(path: str | os.PathLike, *, task: str | None = None, device: str | torch.device = "cpu",
+             weights: bool = True) -> Run:
+    """The trained run at ``path`` (a run folder, or its ``best.ckpt``/``last.ckpt``): the task's network
+    rebuilt from the checkpoint's model description on ``device``, with the run's weights (EMA when
+    kept) unless ``weights`` is False. ``task``: the task the caller expects (an error names the other)."""
+    ckpt, file = read_run_checkpoint(path)
+    found = task_of(ckpt)
+    if found is None:
+        raise CheckpointError(f"{file}: a checkpoint without a model name in its hyper-parameters (not a vision_attn "
+                              "run); for plain weights use create_model(name, pretrained=PATH)")
+    if task is not None and found != task:
+        raise CheckpointError(f"{file}: the checkpoint of a {found} run, not of a {task} run; use `vision-attn eval "
+                              f"{found}` / `predict {found}`")
+    return get_task(found).load(ckpt, file, device=device, weights=weights)

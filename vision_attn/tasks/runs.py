@@ -1,0 +1,72 @@
+"""A trained run as the tools after training see it: the network (EMA weights when the run kept an
+EMA), its task, class names, input size and image normalisation, rebuilt from the model description
+its checkpoint records (a ``create_model`` name and arguments, or a detector YAML's dict), never from a
+path that may have moved. Each task's ``run.py`` fills one in; :func:`vision_attn.tasks.load_run`
+picks the task from the checkpoint."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from torch import nn
+
+from vision_attn.errors import CheckpointError
+from vision_attn.io.state_dict import lightning_weights, read_checkpoint, run_checkpoint_path
+
+__all__ = ["Run", "read_run_checkpoint", "task_of", "load_run_weights"]
+
+
+@dataclass
+class Run:
+    """A trained run: ``task`` (``cls``/``det``), the eval-mode ``model``, ``classes``, ``img_size``
+    (H, W), a display ``label``, the checkpoint ``path``, its ``hparams`` / ``data_hparams``, the
+    normalisation (``mean``, ``std``) and, for classifiers, the run's evaluation ``transform``."""
+
+    task: str
+    model: nn.Module
+    classes: list[str]
+    img_size: tuple[int, int]
+    label: str
+    path: Path
+    hparams: dict[str, Any]
+    data_hparams: dict[str, Any]
+    mean: tuple[float, ...] = (0.485, 0.456, 0.406)
+    std: tuple[float, ...] = (0.229, 0.224, 0.225)
+    transform: Callable[..., dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+    """The checkpoint dict of a run (``runs/NAME/best.ckpt``, or the run folder itself: its best, else
+    last) and the file's path; CheckpointError for a file that is not a vision_attn run's checkpoint."""
+    file = run_checkpoint_path(path)
+    ckpt = read_checkpoint(file)
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise CheckpointError(f"{file}: not a vision_attn run checkpoint (no state_dict and hyper-parameters); for a "
+                              "plain weights file use create_model(name, pretrained=PATH) or --model/--yaml with "
+                              "--checkpoint")
+    return ckpt, file
+
+
+def task_of(ckpt: dict[str, Any]) -> str | None:
+    """The task a run's checkpoint records (checkpoints from before the record: recognised by content)."""
+    if isinstance(ckpt.get("task"), str):
+        return ckpt["task"]
+    if "model_yaml" in ckpt or "detector_yaml" in ckpt or \
+            str((ckpt.get("hyper_parameters") or {}).get("yaml", "")).endswith((".yaml", ".yml")):
+        return "det"
+    if "name" in (ckpt.get("hyper_parameters") or {}):
+        return "cls"
+    return None
+
+
+def load_run_weights(model: nn.Module, state: dict[str, Any], error: str) -> nn.Module:
+    """Load a run's network weights from its Lightning ``state_dict`` into ``model`` (strictly): the
+    EMA's when the run kept one, else the live ones; CheckpointError ``error (why)``."""
+    try:
+        model.load_state_dict(lightning_weights(state), strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{error} ({str(e).splitlines()[0]})") from None
+    return model
