@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from vision_attn.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "models"
@@ -71,7 +73,8 @@ def test_yaml_insert_dry_run_writes_nothing(capsys, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_yaml_insert_checkpoint_remap(capsys, tmp_path):
+@pytest.mark.parametrize("identity", [True, False])
+def test_yaml_insert_checkpoint_remap(capsys, tmp_path, identity):
     import torch
 
     from vision_attn import build_detector
@@ -80,10 +83,15 @@ def test_yaml_insert_checkpoint_remap(capsys, tmp_path):
     torch.save(old.state_dict(), tmp_path / "old.pt")
     out, new_pt = tmp_path / "cbam.yaml", tmp_path / "new.pt"
     assert main(["yaml", "insert", str(CONFIGS / "yolov8.yaml"), "--block", "CBAM", "--after", "C2f", "-o", str(out),
-                 "--checkpoint", str(tmp_path / "old.pt"), "--checkpoint-out", str(new_pt)]) == 0
+                 "--checkpoint", str(tmp_path / "old.pt"), "--checkpoint-out", str(new_pt)]
+                + ([] if identity else ["--no-identity-init"])) == 0
     text = capsys.readouterr().out
     n = len(old.state_dict())
-    assert f"{n} of {n} tensors transferred" in text and "12 new key(s)" in text and "model.3.channel_attention" in text
+    # identity start (the default with a checkpoint): each block wrapped, plus its blend scale
+    new_keys, first = ("16", "model.3.scale, model.3.block.channel_attention") if identity else \
+        ("12", "model.3.channel_attention")
+    assert f"{n} of {n} tensors transferred" in text and f"{new_keys} new key(s)" in text and first in text
+    assert ("[-1, 1, CBAM, [{zero_init: true}]] # 3" in out.read_text()) == identity
     new = build_detector(out, scale="n")
     report = new.load_state_dict(torch.load(new_pt, weights_only=True), strict=False)
     assert not report.unexpected_keys

@@ -35,6 +35,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None, help="write the JSON line to this file too")
+    ap.add_argument("--project", default=None, help="ultralytics' run folder goes to PROJECT/peer (its weights/best.pt "
+                    "and last.pt); default a new temporary folder")
     args = ap.parse_args()
 
     os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -48,7 +50,7 @@ def main() -> None:
     from ultralytics import YOLO
     from ultralytics.utils.torch_utils import get_flops
 
-    project = tempfile.mkdtemp(prefix="ultralytics-run-")
+    project = str(Path(args.project).resolve()) if args.project else tempfile.mkdtemp(prefix="ultralytics-run-")
     model = YOLO(args.model)
     start = time.perf_counter()
     model.train(data=data, epochs=args.epochs, imgsz=args.img_size, batch=args.batch, workers=args.workers,

@@ -4,7 +4,8 @@ checkpoint, resolved to an ``nn.Module`` (on the ``meta`` device by default: no 
 Resolution order: a ``.yaml``/``.yml`` name is a detector YAML (a file, or a shipped name such as
 ``yolov8n.yaml``; built with :func:`vision_attn.build_detector`, counted at 640 px by default); an
 existing file or folder is a run (``runs/NAME`` or its ``best.ckpt``/``last.ckpt``), rebuilt by
-:func:`vision_attn.tasks.load_run` from the model description its checkpoint records; anything else
+:func:`vision_attn.tasks.load_run` from the model description its checkpoint records (an ultralytics
+``.pt`` too: its model YAML, read without ultralytics); anything else
 must be a registered model name. A target that is none of these raises :class:`ConfigError` saying what
 was tried, with close model names.
 """

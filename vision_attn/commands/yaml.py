@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.table import Table
 
 from vision_attn.commands import size_text
 from vision_attn.errors import ConfigError
-from vision_attn.io.yaml import DETECTOR_LIMITS, load_yaml, read_yaml_text
+from vision_attn.io.yaml import load_yaml
 
 
 def _parse_at(value: str | None) -> list[int] | None:
@@ -40,14 +41,13 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
 
     from vision_attn.analysis.yaml_info import compare_yaml
     from vision_attn.io.atomic import save_torch, write_text
-    from vision_attn.io.resources import resolve_path
     from vision_attn.models.yolo import check_builds, insert_attention_text, remove_attention_text, scale_from_name
-    from vision_attn.models.yolo.transfer import transfer_checkpoint
+    from vision_attn.models.yolo.from_ultralytics import YamlSource
+    from vision_attn.models.yolo.transfer import transfer_weights
+    from vision_attn.tasks.detect.run import detector_checkpoint
 
-    source = resolve_path(args.file, kinds=("model",))
-    if source is None or not source.is_file():
-        raise ConfigError(f"{args.file}: no such YAML file (nor a shipped one: `vision-attn configs`)")
-    scale = args.scale or scale_from_name(args.file)
+    source = YamlSource.resolve(args.file, args.checkpoint)
+    scale = args.scale or (scale_from_name(args.file) if isinstance(source.spec, Path) else None)
     if not args.dry_run and not args.output:
         raise ConfigError(f"yaml {args.action}: say where to write the result with -o OUT.yaml (or use --dry-run)")
     if args.checkpoint and not args.dry_run and not args.checkpoint_out:
@@ -56,25 +56,26 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
                               "nothing was written")
-    text = read_yaml_text(source, DETECTOR_LIMITS, what="detector YAML")
-    check_builds(text, args.file)
+    text = source.text
+    check_builds(text, source.label)
     if args.action == "insert":
         if not args.block:
             raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
+        block_args = _parse_block_args(args.args)
+        if source.checkpoint_path and args.identity_init:
+            block_args = [{**(block_args[0] if block_args else {}), "zero_init": True}]
         result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
-                                       section=args.section, args=_parse_block_args(args.args), source=args.file)
+                                       section=args.section, args=block_args, source=source.label)
         what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
                 if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
     else:
-        result = remove_attention_text(text, args.block, source=args.file)
+        result = remove_attention_text(text, args.block, source=source.label)
         what = f"removed {len(result.removed)} row(s)" if result.removed else "nothing to remove"
-    check_builds(result.text, args.output or f"{args.file} (edited)", stage="output")
-    if args.checkpoint and not os.path.isfile(args.checkpoint):
-        raise ConfigError(f"--checkpoint {args.checkpoint}: no such file")
+    check_builds(result.text, args.output or f"{source.label} (edited)", stage="output")
 
     if args.dry_run:
         diff = difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
-                                    fromfile=args.file, tofile=args.output or f"{args.file} (edited)")
+                                    fromfile=source.label, tofile=args.output or f"{source.label} (edited)")
         sys.stdout.write("".join(diff) or "(no change)\n")
         table = Table(title=f"parameters and GFLOPs at {args.img_size}x{args.img_size}, before -> after")
         for col in ("scale", "params before", "params after", "change", "GFLOPs before", "GFLOPs after"):
@@ -87,12 +88,17 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
         console.print(what + " (dry run: nothing written)")
         return 0
 
-    moved = transfer_checkpoint(args.checkpoint, result.text, result.index_map, scale=scale) \
-        if args.checkpoint else None
+    state = source.weights()
+    moved = transfer_weights(state, result.text, result.index_map, scale=scale) if state is not None else None
+    saved: Any = moved.state if moved is not None else None
+    if moved is not None and source.ultralytics is not None:
+        # a whole detector checkpoint: the edited YAML, the class names, every tensor of the edited model
+        saved = detector_checkpoint(result.text, moved.state, names=source.ultralytics.names, scale=scale,
+                                    img_size=source.ultralytics.img_size, source=str(source.checkpoint_path))
     write_text(args.output, result.text)
     console.print(f"{what} -> {args.output}")
     if moved is not None:
-        save_torch(moved.state, args.checkpoint_out)
+        save_torch(saved, args.checkpoint_out)
         console.print(f"checkpoint: {len(moved.transferred)} of {moved.total} tensors transferred -> "
                       f"{args.checkpoint_out}; {len(moved.new_keys)} new key(s) to train: "
                       f"{', '.join(moved.new_keys) if moved.new_keys else 'none'}", soft_wrap=True)
@@ -102,10 +108,11 @@ def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
 def _cmd_yaml(args: argparse.Namespace, console: Console) -> int:
     """``yaml info FILE``: the per-row table and the totals of a detector YAML."""
     from vision_attn.analysis.yaml_info import yaml_info
+    from vision_attn.models.yolo.from_ultralytics import YamlSource
 
     if args.action in ("insert", "remove"):
         return _cmd_yaml_edit(args, console)
-    info = yaml_info(args.file, scale=args.scale, img_size=args.img_size)
+    info = yaml_info(YamlSource.resolve(args.file, None).spec, scale=args.scale, img_size=args.img_size)
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0
@@ -132,7 +139,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="info: per-row table (index, from, repeats, params, module, arguments, output shape) and "
                    "totals (layers, parameters, GFLOPs); insert: attention rows after rows of a module; "
                    "remove: take attention rows out")
-    p.add_argument("file", help="a detector YAML, e.g. configs/models/yolov8.yaml (or yolov8n.yaml for scale n)")
+    p.add_argument("file", nargs="?", default=None, help="a detector YAML, e.g. configs/models/yolov8.yaml (or "
+                   "yolov8n.yaml for scale n), or an ultralytics .pt (its model YAML); insert/remove: default the "
+                   "YAML inside --checkpoint")
     p.add_argument("--scale", default=None, help="a letter of the file's scales (default: from the file name, "
                    "else the first)")
     p.add_argument("--img-size", type=int, default=640, help="square image size, a multiple of 32 (default 640)")
@@ -148,6 +157,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("-o", "--output", default=None, help="insert/remove: the edited YAML (written atomically)")
     p.add_argument("--dry-run", action="store_true", help="insert/remove: print the diff and the parameter/GFLOPs "
                    "table at every scale; write nothing")
-    p.add_argument("--checkpoint", default=None, help="insert/remove: a state dict of the original model to remap")
-    p.add_argument("--checkpoint-out", default=None, help="where to save the remapped state dict")
+    p.add_argument("--checkpoint", default=None, help="insert/remove: a state dict of the original model to remap, "
+                   "or an ultralytics .pt (best.pt: its YAML, weights and class names)")
+    p.add_argument("--checkpoint-out", default=None, help="where to save the remapped state dict (for an ultralytics "
+                   ".pt: a detector checkpoint that eval/predict/export/flops and train det's model.pretrained take)")
+    p.add_argument("--no-identity-init", dest="identity_init", action="store_false",
+                   help="insert with --checkpoint: new rows start from their own initialisation (default: as the "
+                   "exact identity, so the model's outputs are unchanged until training moves them)")
     p.set_defaults(func=_cmd_yaml)

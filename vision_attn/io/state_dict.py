@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from vision_attn.errors import CheckpointError
+from vision_attn.io.ultralytics_pt import read_ultralytics_checkpoint
 
 __all__ = ["StateDict", "read_checkpoint", "read_state_dict", "run_checkpoint_path", "lightning_weights",
            "pickled_globals"]
@@ -97,13 +98,11 @@ def _refused(path: Path, names: list[str]) -> CheckpointError:
 
 def _ultralytics_pt(path: Path, names: list[str]) -> Any:
     """The one place an ultralytics ``.pt`` (a pickle of ``{"model": DetectionModel, "ema": ...}``) is
-    handed on. Its model objects cannot be rebuilt by ``torch.load(weights_only=True)``; until a reader
-    that rebuilds only their tensors and YAML dict exists here, the file is refused with the way out."""
-    first = next(n for n in names if n.startswith("ultralytics."))
-    raise CheckpointError(
-        f"{path}: refused to load: an ultralytics checkpoint whose pickle would call {first} (and unpickling it "
-        f"could run code); export its weights in ultralytics with torch.save(YOLO(path).model.state_dict(), "
-        f"'weights.pt') and pass that file with the model's YAML") from None
+    handed on: :mod:`vision_attn.io.ultralytics_pt` rebuilds its tensors without ultralytics and without
+    running anything; the result is laid out as a detection run's checkpoint (its float32 weights,
+    ``ema`` when the file has one, its model YAML dict, class names and image size), so that
+    :func:`read_state_dict` and the run loader (:func:`vision_attn.tasks.load_run`) take it as they are."""
+    return read_ultralytics_checkpoint(path).run_checkpoint()
 
 
 def read_checkpoint(path: str | os.PathLike) -> Any:

@@ -3,7 +3,10 @@
 Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
-inputs' channels; attention rows take the channels of their input; a Backbone row reports the
+inputs' channels; attention rows take the channels of their input (with ``{zero_init: true}`` in their
+arguments they start as the exact identity: a block that takes ``zero_init`` itself does it, any other is
+wrapped in :class:`~vision_attn.layers.plugins.IdentityBlend`, keys ``model.N.block.*`` and
+``model.N.scale``); a Backbone row reports the
 channels of its list of maps and an Index row those of the map it picks. Scale-dependent arguments
 as in ultralytics' parser (:func:`_scale_rules`): at m, l and x C3k2's ``c3k`` flag is forced on; at l
 and x A2C2f gets ``(residual=True, mlp_ratio=1.2)``. Detect's class branch is the YOLOv8 form unless
@@ -11,6 +14,7 @@ the YAML has a row of :data:`MODERN_HEAD_ROWS`.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,6 +23,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.plugins import IdentityBlend
 from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
@@ -261,6 +266,14 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             c2 = 0
         elif spec_m.kind == "attention":
             kwargs = _attention_kwargs(row, args, label)
+            identity_start = kwargs.get("zero_init", False)
+            if not isinstance(identity_start, bool):
+                raise ConfigError(f"{label}: row {row.index} field 'args': zero_init: {identity_start!r} must be "
+                                  "true or false")
+            if "zero_init" not in inspect.signature(spec_m.factory).parameters:
+                kwargs.pop("zero_init", None)  # the block cannot start as the identity itself: wrapped below
+            else:
+                identity_start = False
             args = [c1]
             c2 = c1
         elif spec_m.kind == "backbone":
@@ -272,6 +285,8 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
         if spec_m.kind in ("backbone", "index") and row.repeats != 1:
             raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
+        if spec_m.kind == "attention" and identity_start:
+            modules = [IdentityBlend(m) for m in modules]
         if spec_m.kind == "backbone":
             c2 = list(modules[0].channels)
         layer = modules[0] if n == 1 else nn.Sequential(*modules)

@@ -136,7 +136,8 @@ def _scale(data: dict[str, Any], scale: str | None, label: str) -> tuple[float, 
     if scales is not None:
         if not isinstance(scales, dict) or not scales:
             raise _fail(label, "field 'scales'", "must map letters to [depth, width, max_channels]")
-        chosen = scale or scale_from_name(label) or next(iter(scales))
+        # ultralytics keeps the scale it built at in the model dict (``scale: s``), e.g. inside a .pt
+        chosen = scale or data.get("scale") or scale_from_name(label) or next(iter(scales))
         if chosen not in scales:
             raise _fail(label, "field 'scales'", f"scale {chosen!r} is not defined; the file defines "
                                                  f"{', '.join(map(str, scales))}")

@@ -38,7 +38,8 @@ def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo
 
 
 def _build(cfg, say: Echo) -> tuple[Any, Any]:
-    load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
+    if to_dict(cfg)["model"]["yaml"] is not None:  # None: the YAML inside model.pretrained (or the default)
+        load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
     datamodule = DetectionDataModule(**data_cfg)
     datamodule.scan()
@@ -46,7 +47,7 @@ def _build(cfg, say: Echo) -> tuple[Any, Any]:
     model_cfg = to_dict(cfg)["model"]
     module = DetectionModule(**model_cfg, num_classes=datamodule.num_classes, class_names=datamodule.names)
     params = sum(p.numel() for p in module.model.parameters())
-    say(f"model: {model_cfg['yaml']} (scale {module.model.scale or '-'}), {params / 1e6:.2f} M parameters, "
+    say(f"model: {module.yaml_source} (scale {module.model.scale or '-'}), {params / 1e6:.2f} M parameters, "
         f"{datamodule.num_classes} classes, {data_cfg['img_size']} px")
     return module, datamodule
 
@@ -58,7 +59,7 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
     img_size = cfg.data.img_size
     with torch.device("meta"):
         shadow = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
-    flops = count_flops(shadow, img_size, name=cfg.model.yaml)
+    flops = count_flops(shadow, img_size, name=module.yaml_source)
     plot_curves(epoch_history(run.csv), run.path, DETECTION_PANELS)
     callback = trainer.checkpoint_callback
     best = callback.best_model_score if callback is not None else None
@@ -66,7 +67,7 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
     cm = trainer.callback_metrics
     metrics = {
         "name": cfg.name,
-        "model": cfg.model.yaml,
+        "model": module.yaml_source,
         "scale": module.model.scale,
         "data": str(cfg.data.data),
         "classes": module.class_names,

@@ -19,6 +19,7 @@ saves ``predictions.png`` (sample images with ground truth and predicted boxes) 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,12 +36,15 @@ from vision_attn.io.resources import resolve_path
 from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
+from vision_attn.models.yolo.from_ultralytics import class_layer_keys, pretrained_yaml
 from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.detect.plots import prediction_grid, save_image
 from vision_attn.tasks.detect.schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
 
-__all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml"]
+__all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml", "DEFAULT_YAML"]
+
+DEFAULT_YAML = "yolov8.yaml"
 
 
 def load_detector_yaml(yaml: str) -> str:
@@ -74,11 +78,15 @@ class DetectionModule(pl.LightningModule):
     """Images (B, 3, H, W) in [0, 1] -> detections, trained with the YOLOv8 loss.
 
     Args:
-        yaml: the detector YAML (``configs/models/yolov8.yaml``); its text is stored in checkpoints.
-        scale: a letter of the YAML's ``scales`` (``n``, ``s``, ...; None: from the file name, else the first).
+        yaml: the detector YAML (a path or a shipped name such as ``yolov8n.yaml``; ``configs/models/``); its
+            text is stored in checkpoints. None: the YAML inside ``pretrained`` when it carries one (an
+            ultralytics ``.pt``, a detection run's checkpoint), else ``yolov8.yaml``.
+        scale: a letter of the YAML's ``scales`` (``n``, ``s``, ...; None: the YAML's ``scale`` key, else the
+            letter in the file name, else the first).
         num_classes, class_names: set from the data.
-        pretrained: a state dict (``.pt``/``.safetensors``, e.g. a run's ``model.safetensors``) to start from;
-            tensors whose name and shape fit are loaded.
+        pretrained: a state dict (``.pt``/``.safetensors``, e.g. a run's ``model.safetensors``), a detection
+            checkpoint or an ultralytics ``.pt`` (``best.pt``) to start from; tensors whose name and shape fit are
+            loaded, and a warning names those that do not (the class outputs after a class-count change).
         optimizer: ``sgd`` (Nesterov, momentum ``momentum``) or ``adamw`` (beta1 = ``momentum``).
         lr: peak learning rate; lrf: final rate as a fraction of it; schedule: ``linear`` or ``cosine`` decay.
         momentum: SGD momentum / AdamW beta1; weight_decay: on conv and linear kernels only.
@@ -102,7 +110,7 @@ class DetectionModule(pl.LightningModule):
 
     def __init__(
         self,
-        yaml: str = "yolov8.yaml",
+        yaml: str | None = None,
         scale: str | None = None,
         num_classes: int = 80,
         class_names: list[str] | None = None,
@@ -144,8 +152,11 @@ class DetectionModule(pl.LightningModule):
         if not 0 <= conf < 1 or not 0 < iou <= 1 or max_det < 1:
             raise ConfigError(f"model.conf={conf}, iou={iou}, max_det={max_det}: give 0 <= conf < 1, 0 < iou <= 1, "
                               f"max_det >= 1")
-        self.yaml_text = load_detector_yaml(yaml)
-        if scale is None and "\n" not in yaml:
+        carried = pretrained_yaml(pretrained) if yaml is None and pretrained is not None else None
+        yaml = yaml if yaml is not None or carried else DEFAULT_YAML
+        self.yaml_source = yaml if yaml is not None else f"{pretrained} (its YAML)"
+        self.yaml_text = carried or load_detector_yaml(yaml)
+        if scale is None and yaml is not None and "\n" not in yaml:
             scale = scale_from_name(yaml)  # yolov8s.yaml: scale s
         self.model = build_detector(self.yaml_text, scale=scale, num_classes=num_classes)
         if pretrained is not None:
@@ -340,4 +351,9 @@ def load_matching(model: nn.Module, path: str) -> tuple[int, int]:
     if not fit:
         raise CheckpointError(f"model.pretrained={path}: no tensor fits this detector (names or shapes differ)")
     model.load_state_dict(fit, strict=False)
+    refit = class_layer_keys(state, own)
+    if refit:  # e.g. the file's detector has another class count: its class outputs do not fit
+        warnings.warn(f"model.pretrained={path}: loaded {len(fit)} of {len(own)} tensors; {len(refit)} differ in shape "
+                      f"and start from their initialisation ({', '.join(refit[:6])}"
+                      f"{' ...' if len(refit) > 6 else ''}): the file's model has another class count", stacklevel=2)
     return len(fit), len(own)

@@ -3,7 +3,9 @@
 A detection run's ``best.ckpt`` / ``last.ckpt`` holds the detector YAML's text, its scale, the class
 names and the data's image size beside the weights; it is read with ``torch.load(weights_only=True)``
 and the EMA weights are used when the run kept an EMA. An end-to-end detector (YOLO26, YOLOv10) gives
-its detections without NMS (the top-k of its one-to-one branch, ``postprocess(end2end=True)``).
+its detections without NMS (the top-k of its one-to-one branch, ``postprocess(end2end=True)``). An
+ultralytics ``.pt`` reads as such a checkpoint too (:func:`vision_attn.io.state_dict.read_checkpoint`,
+without ultralytics).
 """
 from __future__ import annotations
 
@@ -22,12 +24,33 @@ from vision_attn.evaluation import coco_map
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.io.atomic import write_json
 from vision_attn.io.resources import resolve_path
-from vision_attn.models.yolo import build_detector
+from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
 
-__all__ = ["load_detector", "load_detector_run", "evaluate_detector", "predict_detections", "ImageList"]
+__all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "evaluate_detector", "predict_detections",
+           "ImageList"]
+
+
+def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names: Sequence[str], img_size: int,
+                        scale: str | None = None, source: str = "checkpoint") -> dict[str, Any]:
+    """A detection checkpoint in the layout of a run's ``best.ckpt`` (what :func:`load_detector` and
+    ``model.pretrained`` read): the YAML's model dict and scale, the class names, the image size and every tensor of
+    the model built from ``yaml_text``, those of ``state`` loaded (the rest, rows ``state`` lacks, at
+    their initialisation)."""
+    model = build_detector(yaml_text, scale=scale, num_classes=len(names))
+    own = model.state_dict()
+    unknown = [k for k in state if k not in own or tuple(own[k].shape) != tuple(state[k].shape)]
+    if unknown:
+        raise CheckpointError(f"{source}: {len(unknown)} tensor(s) do not fit the edited detector "
+                              f"({', '.join(unknown[:4])}); the YAML and the weights are of different models")
+    model.load_state_dict(state, strict=False)
+    return {"task": "det", "model_yaml": load_yaml(yaml_text)[0], "model_scale": model.scale,
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "hyper_parameters": {"scale": model.scale, "num_classes": len(names), "class_names": list(names),
+                                 "source": source},
+            "datamodule_hyper_parameters": {"img_size": int(img_size)}}
 
 
 def load_detector_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
@@ -58,7 +81,8 @@ def load_detector_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.d
 
 
 def load_detector(path: str | os.PathLike) -> Run:
-    """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder)."""
+    """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), a
+    :func:`detector_checkpoint` file or an ultralytics ``.pt``."""
     ckpt, file = read_run_checkpoint(path)
     task = task_of(ckpt)
     if task not in (None, "det"):
