@@ -130,14 +130,18 @@ _DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-co
 
 
 def _config_file(value: str, task: Task) -> str:
-    """``--config VALUE``: a file, else a shipped training config of the task (``demo_digits``)."""
+    """``--config VALUE``: a file, else a shipped training config of the task (``demo_digits``); refused
+    by its size here, before jsonargparse reads it whole."""
     if Path(value).expanduser().is_file():
-        return value
-    shipped = find_shipped(value, (task.name,))  # type: ignore[arg-type]
-    if shipped is None:
-        raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
-                          f"`vision-attn configs` lists them")
-    return str(shipped)
+        path = value
+    else:
+        shipped = find_shipped(value, (task.name,))  # type: ignore[arg-type]
+        if shipped is None:
+            raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
+                              f"`vision-attn configs` lists them")
+        path = str(shipped)
+    check_file_size(Path(path).expanduser(), CONFIG_LIMITS, what="training config")
+    return path
 
 
 def _normalise(argv: Sequence[str], task: Task) -> list[str]:
@@ -159,13 +163,6 @@ def _normalise(argv: Sequence[str], task: Task) -> list[str]:
     return out
 
 
-def _config_files(argv: Sequence[str]) -> list[str]:
-    """The files given to ``--config`` in ``argv`` (``--config F`` and ``--config=F``)."""
-    files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    files += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    return [f for f in files if os.path.isfile(f)]
-
-
 def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Task):
     """A validated configuration (a jsonargparse Namespace) of ``task`` from command-line arguments, or
     from a nested dict (``{"model": {"name": ...}, "data": {...}, "trainer": {...}}``) over the defaults.
@@ -177,10 +174,7 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))
         else:
-            argv = _normalise(list(args or []), task)
-            for path in _config_files(argv):  # refused by size before jsonargparse reads them whole
-                check_file_size(path, CONFIG_LIMITS, what="training config")
-            cfg = parser.parse_args(argv)
+            cfg = parser.parse_args(_normalise(list(args or []), task))
     except VisionAttnError:  # the bounded YAML reader's errors name the file and line already
         raise
     except (Exception, SystemExit) as e:  # argparse.ArgumentError, jsonargparse's errors, usage exits
