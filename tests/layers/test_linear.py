@@ -97,6 +97,10 @@ ALL_ONEDNN = KernelPlan("onednn", "onednn", "onednn", {})
 ALL_ATEN = KernelPlan("aten", "aten", "aten", {})
 
 
+def uses_onednn(plan: KernelPlan) -> bool:
+    return "onednn" in (plan.forward, plan.input_grad, plan.weight_grad)
+
+
 def grads_of(fn, *tensors, grad_out=None):
     y = fn()
     grad_out = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(y.dtype) if grad_out is None else grad_out
@@ -117,7 +121,8 @@ def test_training_path_gradients_equal_f_linear(monkeypatch, plan, act, dtype, s
     params = (x, layer.weight, layer.bias)
     with OpLog() as log:
         y, grads, g = grads_of(lambda: linear(x, layer, act), *params)
-    assert "mkldnn._linear_pointwise" in log.ops or plan is ALL_ATEN
+    used = plan if plan is not None else training_kernels(dtype)  # measured: whatever this machine chose
+    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(used)
     ref_y, ref_grads, _ = grads_of(lambda: (act or nn.Identity())(F.linear(x, layer.weight, layer.bias)), *params,
                                    grad_out=g)
     # fp32: the same products summed in another order; bf16: one rounding of the bf16 result
@@ -148,8 +153,10 @@ def test_training_path_non_contiguous_input_and_weight(monkeypatch, plan):
 
 
 @needs_onednn
-def test_training_path_under_bf16_autocast_matches_f_linear():
+@pytest.mark.parametrize("plan", [ALL_ONEDNN, ALL_ATEN], ids=["onednn", "aten"])
+def test_training_path_under_bf16_autocast_matches_f_linear(monkeypatch, plan):
     """Lightning's bf16-mixed on the CPU: fp32 weights, bf16 products, fp32 gradients for the weights."""
+    monkeypatch.setattr(linear_module, "training_kernels", lambda dtype: plan)
     torch.manual_seed(0)
     layer, x = nn.Linear(48, 80), torch.randn(3, 7, 48, requires_grad=True)
     params = (x, layer.weight, layer.bias)
@@ -157,7 +164,7 @@ def test_training_path_under_bf16_autocast_matches_f_linear():
         with OpLog() as log:
             y, grads, g = grads_of(lambda: linear(x, layer, nn.GELU()), *params)
         ref_y, ref_grads, _ = grads_of(lambda: F.gelu(F.linear(x, layer.weight, layer.bias)), *params, grad_out=g)
-    assert "mkldnn._linear_pointwise" in log.ops
+    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(plan)
     assert y.dtype == ref_y.dtype == torch.bfloat16
     torch.testing.assert_close(y, ref_y, atol=2e-2, rtol=1e-2)
     for got, ref in zip(grads, ref_grads):
@@ -185,7 +192,8 @@ def test_second_derivatives_through_the_standard_ops():
 
 
 @needs_onednn
-def test_training_path_off_where_it_does_not_apply():
+def test_training_path_off_where_it_does_not_apply(monkeypatch):
+    monkeypatch.setattr(linear_module, "training_kernels", lambda dtype: ALL_ONEDNN)  # not this machine's choice
     layer, x = nn.Linear(8, 4), torch.randn(3, 8, requires_grad=True)
     assert ran_onednn(lambda: linear(x, layer).sum().backward())
     previous = set_onednn_linear(False)
@@ -283,7 +291,8 @@ def test_the_choice_is_kept_in_the_cache_so_later_runs_make_the_same(monkeypatch
     ("vit_tiny_patch16_224", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7), 32),
     ("swin_tiny_patch4_window7_224", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, num_classes=7), 32),
 ])
-def test_model_training_step_gradients_equal_the_standard_path(name, kwargs, size):
+def test_model_training_step_gradients_equal_the_standard_path(monkeypatch, name, kwargs, size):
+    monkeypatch.setattr(linear_module, "training_kernels", lambda dtype: ALL_ONEDNN)  # not this machine's choice
     torch.manual_seed(0)
     model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice
     x = torch.randn(2, 3, size, size)
