@@ -22,8 +22,19 @@ def test_torchvision_resnets_by_name(name):
     with torch.device("meta"):
         ours = vision_attn.create_model(name)
         peer = torchvision.models.get_model(name, weights=None)
-    assert type(ours) is type(peer) and n_params(ours) == n_params(peer)
+    assert isinstance(ours, type(peer)) and n_params(ours) == n_params(peer)
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in peer.state_dict().items()}
     assert name in vision_attn.list_models("resnet*")
+
+
+def test_resnet_gives_torchvisions_outputs_with_its_weights():
+    torch.manual_seed(0)
+    peer = torchvision.models.resnet18(weights=None).eval()
+    ours = vision_attn.create_model("resnet18").eval()
+    ours.load_state_dict(peer.state_dict())
+    x = torch.randn(2, 3, 64, 80)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), peer(x))
 
 
 def test_small_resnet_trains_with_num_classes():

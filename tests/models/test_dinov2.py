@@ -148,7 +148,7 @@ def test_forward_intermediates_like_timm(tmp_path, name):
     ours = vision_attn.create_model(name, img_size=98, pretrained=tmp_path / "timm.pth", **SHALLOW[name]).eval()
     x = torch.randn(1, 3, 70, 126)
     with torch.no_grad():
-        got = ours.forward_intermediates(x, indices=[0, 1], norm=True)
+        got = ours.forward_intermediates(x, indices=[0, 1], norm=True, intermediates_only=True)
         want = peer.forward_intermediates(x, indices=[0, 1], norm=True, intermediates_only=True)
     assert [tuple(g.shape) for g in got] == [(1, 384, 5, 9)] * 2
     for g, w in zip(got, want):
@@ -159,12 +159,12 @@ def test_backbone_row_gives_the_token_maps():
     """A YAML ``Backbone`` row over DINOv2: maps after the chosen blocks, registers dropped."""
     torch.manual_seed(10)
     backbone = Backbone("vit_small_patch14_reg4_dinov2", {"indices": [0, 1], "img_size": 224}).eval()
-    backbone.net.blocks = backbone.net.blocks[:2]  # keep the test small: the first two blocks are what it takes
+    backbone.net.model.blocks = backbone.net.model.blocks[:2]  # keep the test small: the first two blocks are what it takes
     assert backbone.channels == [384, 384] and backbone.strides == [14, 14]
     x = torch.rand(1, 3, 224, 168)
     with torch.no_grad():
         maps = backbone(x)
-        tokens = backbone.net.blocks[1](backbone.net.blocks[0](backbone.net._embed(x)[0]))
+        tokens = backbone.net.model.blocks[1](backbone.net.model.blocks[0](backbone.net.model._embed(x)[0]))
     assert [tuple(m.shape) for m in maps] == [(1, 384, 16, 12)] * 2
     assert_close(maps[1].flatten(2).transpose(1, 2), tokens[:, 5:])  # class token and 4 registers dropped
 

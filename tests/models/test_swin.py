@@ -105,8 +105,8 @@ def test_stage_feature_maps_at_strides_4_8_16_32(size, grids):
     model = vision_attn.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 2, 1)).eval()
     x = torch.randn(1, 3, *size)
     with torch.no_grad():
-        maps = model.forward_intermediates(x)
-        last = model.forward_intermediates(x, indices=[-1], norm=True)
+        maps = model.forward_intermediates(x, intermediates_only=True)
+        last = model.forward_intermediates(x, indices=[-1], norm=True, intermediates_only=True)
     assert [tuple(m.shape) for m in maps] == [(1, c, *g) for c, g in zip((96, 192, 384, 768), grids)]
     assert [f["reduction"] for f in model.feature_info] == [4, 8, 16, 32]
     assert [f["num_chs"] for f in model.feature_info] == [96, 192, 384, 768]

@@ -155,7 +155,7 @@ def test_window_or_resolution_change_resamples_the_bias_tables_like_timm(tmp_pat
 def test_forward_intermediates_like_timm(timm_tiny, ours_from_timm):
     x = torch.randn(1, 3, 192, 256)
     with torch.no_grad():
-        got = ours_from_timm.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True)
+        got = ours_from_timm.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True, intermediates_only=True)
         want = timm_tiny.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True, intermediates_only=True)
     assert [g.shape[-2:] for g in got] == [(48, 64), (24, 32), (12, 16), (6, 8)]
     for a, b in zip(got, want):

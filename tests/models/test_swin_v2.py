@@ -214,7 +214,7 @@ def test_official_layout_same_logits(tmp_path, timm_tiny):
 def test_forward_intermediates_like_timm(timm_tiny, ours_tiny):
     x = torch.randn(1, 3, 192, 256)
     with torch.no_grad():
-        got = ours_tiny.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True)
+        got = ours_tiny.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True, intermediates_only=True)
         want = timm_tiny.forward_intermediates(x, indices=[0, 1, 2, 3], norm=True, intermediates_only=True)
     assert [g.shape[-2:] for g in got] == [(48, 64), (24, 32), (12, 16), (6, 8)]
     for g, w in zip(got, want):

@@ -86,6 +86,6 @@ def test_dynamic_img_pad_runs_odd_sizes():
     model = tiny(dynamic_img_pad=True).eval()
     with torch.no_grad():
         assert model(torch.randn(1, 3, 33, 40)).shape == (1, 5)
-        assert model.forward_intermediates(torch.randn(1, 3, 33, 40), indices=1)[0].shape == (1, 192, 3, 3)
+        assert model.forward_intermediates(torch.randn(1, 3, 33, 40), indices=1, intermediates_only=True)[0].shape == (1, 192, 3, 3)
     with pytest.raises(vision_attn.DataError, match="dynamic_img_pad=True"):
         tiny()(torch.randn(1, 3, 33, 40))

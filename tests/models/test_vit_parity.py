@@ -145,7 +145,7 @@ def test_forward_intermediates_like_timm(tmp_path, indices, norm):
                                     pretrained=save(peer.state_dict(), tmp_path / "w.pth")).eval()
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        got = ours.forward_intermediates(x, indices=indices, norm=norm)
+        got = ours.forward_intermediates(x, indices=indices, norm=norm, intermediates_only=True)
         want = peer.forward_intermediates(x, indices=indices, norm=norm, intermediates_only=True)
     n = indices if isinstance(indices, int) else len(indices)
     assert len(got) == len(want) == n

@@ -107,7 +107,7 @@ class CosineWindowAttention(WindowAttention):
         if coords is None:
             with torch.inference_mode(False):
                 coords = log_spaced_coords(self.window_size, self.pretrained_window_size, device)
-            if not _tracing():
+            if not _tracing(self.logit_scale):
                 self._coords[device] = coords
         table = self.cpb_mlp(coords.to(self.logit_scale.dtype))  # (T, heads)
         return 16 * torch.sigmoid(self._gather_bias(table))
@@ -123,7 +123,7 @@ class CosineWindowAttention(WindowAttention):
         h = self.num_heads
         qkv = qkv.view(B, N, G // h, h, 3, d)
         factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
-        if not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)) and not _tracing():
+        if not _tracing(qkv) and not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
             # inference: scale q and k in place in the projection's fresh output (one pass, no new tensor)
             qk = qkv[..., :2, :]
             norm = torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min_(1e-12)  # (B, N, nW, heads, 2, 1)

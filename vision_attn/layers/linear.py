@@ -282,7 +282,7 @@ def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> t
     """``act(layer(x))`` over the last dimension; on the CPU one fused oneDNN call at inference, and
     the kernels of :func:`training_kernels` in training, when ``act`` is ``None`` or ``nn.GELU`` (any
     other activation runs after the linear layer)."""
-    if not isinstance(layer.weight, torch.Tensor):  # a swapped-in module, e.g. a dynamically quantized Linear
+    if not isinstance(layer.weight, (torch.Tensor, torch.fx.Proxy)):  # a swapped-in module, e.g. a dynamically quantized Linear
         y = layer(x)
         return y if act is None else act(y)
     mode = _mode(x, layer.weight)

@@ -16,6 +16,29 @@ def to_2tuple(x: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     return (int(x[0]), int(x[1]))
 
 
+def fit_to_patches(x: torch.Tensor, in_chans: int, patch_size: tuple[int, int], pad: bool) -> torch.Tensor:
+    """Check that ``x`` is (B, in_chans, H, W); an H or W that is not a patch multiple is padded
+    with zeros at the bottom / right (``pad``) or refused."""
+    if x.ndim != 4 or x.shape[1] != in_chans:
+        raise DataError(
+            f"expected images of shape (batch, {in_chans}, height, width), got {tuple(x.shape)}: "
+            f"convert the images to {in_chans} channels or build the model with in_chans={x.shape[1] if x.ndim == 4 else '...'}"
+        )
+    H, W = x.shape[-2:]
+    ph, pw = patch_size
+    if H % ph or W % pw:
+        if not pad:
+            raise DataError(
+                f"image size {H}x{W} is not divisible by the patch size {ph}x{pw}: resize or crop to a "
+                f"multiple of the patch size, or build the model with dynamic_img_pad=True"
+            )
+        x = F.pad(x, (0, -W % pw, 0, -H % ph))
+    return x
+
+
+torch.fx.wrap("fit_to_patches")  # torch.fx symbolic tracing: one leaf node, not a branch on a traced size
+
+
 class PatchEmbed(nn.Module):
     """Split an image into non-overlapping patches and project each to ``embed_dim``.
 
@@ -53,19 +76,6 @@ class PatchEmbed(nn.Module):
         self.norm = norm_layer(embed_dim) if norm_layer else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4 or x.shape[1] != self.in_chans:
-            raise DataError(
-                f"expected images of shape (batch, {self.in_chans}, height, width), got {tuple(x.shape)}: "
-                f"convert the images to {self.in_chans} channels or build the model with in_chans={x.shape[1] if x.ndim == 4 else '...'}"
-            )
-        H, W = x.shape[-2:]
-        ph, pw = self.patch_size
-        if H % ph or W % pw:
-            if not self.dynamic_pad:
-                raise DataError(
-                    f"image size {H}x{W} is not divisible by the patch size {ph}x{pw}: resize or crop to a "
-                    f"multiple of the patch size, or build the model with dynamic_img_pad=True"
-                )
-            x = F.pad(x, (0, -W % pw, 0, -H % ph))
+        x = fit_to_patches(x, self.in_chans, self.patch_size, self.dynamic_pad)
         x = self.proj(x)  # (B, D, H/p, W/p)
         return self.norm(x.permute(0, 2, 3, 1))  # (B, H/p, W/p, D)

@@ -11,6 +11,15 @@ from torch import nn
 from vision_attn.layers.linear import linear
 
 
+def pad_to_even(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, W, C) with zeros added at the bottom / right where H / W is odd (no copy when even)."""
+    H, W = x.shape[1:3]
+    return F.pad(x, (0, 0, 0, W % 2, 0, H % 2)) if H % 2 or W % 2 else x
+
+
+torch.fx.wrap("pad_to_even")  # torch.fx symbolic tracing: one leaf node, not a branch on a traced size
+
+
 class PatchMerging(nn.Module):
     """(B, H, W, C) -> (B, ceil(H/2), ceil(W/2), out_dim), NHWC.
 
@@ -32,10 +41,8 @@ class PatchMerging(nn.Module):
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, W, C) -> the concatenated neighbourhoods (B, ceil(H/2), ceil(W/2), 4C)."""
+        x = pad_to_even(x)
         B, H, W, C = x.shape
-        if H % 2 or W % 2:
-            x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
-            H, W = H + H % 2, W + W % 2
         # (B, H/2, row offset, W/2, column offset, C) -> (B, H/2, W/2, column offset, row offset, C)
         return x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
 

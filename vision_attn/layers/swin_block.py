@@ -82,6 +82,46 @@ class TorchvisionWindows(WindowRule):
 WINDOW_RULES: dict[str, type[WindowRule]] = {"timm": TimmWindows, "torchvision": TorchvisionWindows}
 
 
+def _padded(H: int, W: int, window: Pair) -> Pair:
+    # non-negative operands only: a traced size divides like C (towards zero) in an ONNX graph
+    return H + (window[0] - H % window[0]) % window[0], W + (window[1] - W % window[1]) % window[1]
+
+
+def to_windows(block: SwinBlock, x: torch.Tensor, masked: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """Map (B, H, W, C) -> the block's (shifted) windows, their region mask and the gather orders.
+
+    Shifted (or ``masked``): token-major windows (B, N, nW, C), where the region mask (nW, N, N)
+    broadcasts over the batch; else windows as rows (B*nW, N, 1, C), where the bias alone does
+    (mask None). Returns (windows, mask, index, inverse)."""
+    B, H, W, C = x.shape
+    window = block.window_size
+    Hp, Wp = _padded(H, W, window)
+    shift = block.rule.at_run_time((Hp, Wp), window, block.shift_size)
+    token_major = masked or any(shift)
+    index, inverse = block.windows.index((H, W), window, shift, block.rule.roll_before_pad, token_major, x.device)
+    mask = block.windows.mask((Hp, Wp), window, shift, x.device, x.dtype) if token_major else None  # (nW, N, N)
+    if Hp != H or Wp != W:
+        x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))  # (B, Hp, Wp, C)
+    n = window[0] * window[1]
+    x = gather_tokens(x.reshape(B, Hp * Wp, C), index, inverse)  # (B, Hp*Wp, C) in window order
+    return (x.view(B, n, -1, C) if token_major else x.view(-1, n, 1, C)), mask, index, inverse
+
+
+def from_windows(windows: torch.Tensor, x: torch.Tensor, window: Pair, index: torch.Tensor,
+                 inverse: torch.Tensor) -> torch.Tensor:
+    """Windows of :func:`to_windows` -> the map (B, H, W, C) of ``x``'s size: gathered back, cropped."""
+    B, H, W, C = x.shape
+    Hp, Wp = _padded(H, W, window)
+    y = gather_tokens(windows.reshape(B, Hp * Wp, C), inverse, index).view(B, Hp, Wp, C)
+    return y[:, :H, :W] if Hp != H or Wp != W else y
+
+
+# torch.fx symbolic tracing (torchvision's create_feature_extractor): size-dependent steps are leaves
+torch.fx.wrap("to_windows")
+torch.fx.wrap("from_windows")
+
+
 class SwinBlock(nn.Module):
     """x + attn(norm1(x)) with (shifted) window attention, then x + mlp(norm2(x)); (B, H, W, C) in and out.
 
@@ -128,25 +168,11 @@ class SwinBlock(nn.Module):
         """Pad to a window multiple, roll by -shift, attend within windows, undo both; (B, H, W, C).
 
         Roll, padding order and window partition are one gather each way (the order is cached per
-        map size); only the padding itself is a separate copy."""
-        B, H, W, C = x.shape
-        window = self.window_size
-        # non-negative operands only: a traced size divides like C (towards zero) in an ONNX graph
-        Hp, Wp = H + (window[0] - H % window[0]) % window[0], W + (window[1] - W % window[1]) % window[1]
-        shift = self.rule.at_run_time((Hp, Wp), window, self.shift_size)
-        shifted = any(shift)
-        # shifted: token-major windows (B, N, nW, C), where the region mask broadcasts over the batch;
-        # else windows as rows (B*nW, N, 1, C), where the bias alone does
-        index, inverse = self.windows.index((H, W), window, shift, self.rule.roll_before_pad, shifted, x.device)
-        mask = self.windows.mask((Hp, Wp), window, shift, x.device, x.dtype) if shifted else None  # (nW, N, N)
-        if Hp != H or Wp != W:
-            x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))  # (B, Hp, Wp, C)
-        n = window[0] * window[1]
-        x = gather_tokens(x.reshape(B, Hp * Wp, C), index, inverse)  # (B, Hp*Wp, C) in window order
-        x = x.view(B, n, -1, C) if shifted else x.view(-1, n, 1, C)
-        x = self.attn(x, mask)
-        x = gather_tokens(x.reshape(B, Hp * Wp, C), inverse, index).view(B, Hp, Wp, C)
-        return x[:, :H, :W] if Hp != H or Wp != W else x
+        map size); only the padding itself is a separate copy. Under torch.fx symbolic tracing the
+        two size-dependent steps are single graph nodes, and the graph takes the masked layout for
+        every block (a graph holds one layout for all sizes; a zero mask where nothing is shifted)."""
+        windows, mask, index, inverse = to_windows(self, x, isinstance(x, torch.fx.Proxy))
+        return from_windows(self.attn(windows, mask), x, self.window_size, index, inverse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path1(self._window_attention(self.norm1(x)))

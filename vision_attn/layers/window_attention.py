@@ -37,10 +37,11 @@ __all__ = [
 MASK_VALUE = -100.0  # what the official code, timm and torchvision add between regions (not -inf)
 
 
-def _tracing() -> bool:
-    """Inside torch.compile, torch.export, jit tracing or ONNX export: build, do not cache."""
+def _tracing(*values: object) -> bool:
+    """Inside torch.compile, torch.export, jit tracing or ONNX export, or any of ``values`` a torch.fx
+    proxy (symbolic tracing): build, do not cache, do not write in place."""
     return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
-            or torch.onnx.is_in_onnx_export())
+            or torch.onnx.is_in_onnx_export() or any(isinstance(v, torch.fx.Proxy) for v in values))
 
 
 def _exporting() -> bool:
@@ -244,7 +245,8 @@ def resample_relative_position_bias(table: torch.Tensor, new_window: tuple[int, 
 # ------------------------------------------------------------------------------------------------
 def _split(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Packed (B, N, G, 3, d) -> q, k, v as strided views (B, G, N, d)."""
-    return tuple(t.transpose(1, 2) for t in qkv.unbind(3))
+    q, k, v = qkv.unbind(3)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 class _PackedBiasedAttention(torch.autograd.Function):
@@ -304,7 +306,9 @@ def attend_packed(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0,
     if _exporting():
         attn = (torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1)) + mask).softmax(dim=-1)  # (B, G, N, N)
         return torch.matmul(F.dropout(attn, dropout_p) if dropout_p else attn, v).transpose(1, 2), None
-    needs_grad = torch.is_grad_enabled() and (qkv.requires_grad or mask.requires_grad)
+    # torch.fx symbolic tracing: one graph for training and inference, the plain fused call
+    needs_grad = (not isinstance(qkv, torch.fx.Proxy) and torch.is_grad_enabled()
+                  and (qkv.requires_grad or mask.requires_grad))
     if needs_grad and not keep_weights:
         if (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dtype in (torch.float32, torch.bfloat16)
                 and not _tracing() and not isinstance(qkv, torch._subclasses.FakeTensor)):
@@ -379,7 +383,7 @@ class WindowAttention(nn.Module):
         if index is None:
             with torch.inference_mode(False):  # cached: usable by later passes that record gradients
                 index = relative_position_index(self.window_size, device).flatten()  # (N*N,)
-            if not _tracing():
+            if not _tracing(table):
                 self._index[device] = index
         n = self.window_size[0] * self.window_size[1]
         bias = table[index]  # (N*N, heads)
@@ -406,7 +410,9 @@ class WindowAttention(nn.Module):
         return qkv
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if x.dim() == 3:  # windows (B*nW, N, C): as token-major windows, one window per row if unmasked
+        # windows (B*nW, N, C): as token-major windows, one window per row if unmasked (torch.fx traces
+        # Swin blocks, which give (B, N, nW, C))
+        if not isinstance(x, torch.fx.Proxy) and x.dim() == 3:
             Bw, N, C = x.shape
             if mask is None:
                 return self.forward(x.view(Bw, N, 1, C)).view(Bw, N, C)

@@ -1,4 +1,5 @@
-"""CNN baselines for comparison runs: torchvision's ResNets by name, any timm model as ``"timm:NAME"``.
+"""CNN baselines for comparison runs: torchvision's ResNets by name (with timm's model interface,
+:mod:`vision_attn.models.resnet`), any timm model as ``"timm:NAME"``.
 
 ``create_model("resnet50", attention="cbam")`` builds torchvision's ResNet-50 (random weights; give
 ``pretrained=`` a local file) with CBAM on the residual branch of every bottleneck. torchvision's and
@@ -8,31 +9,30 @@ size: ``img_size`` only sets the size of the dry forward pass that inserts atten
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Sequence
 
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model, register_prefix
+from vision_attn.models.resnet import BasicBlock, Bottleneck, ResNet
 
 __all__ = ["torchvision_cnn", "timm_model"]
 
 
-def torchvision_cnn(name: str, kwargs: dict[str, Any]) -> nn.Module:
-    """torchvision's builder ``name`` without weights; ``kwargs`` go to it (``num_classes``,
+def torchvision_cnn(name: str, block: type[BasicBlock | Bottleneck], layers: Sequence[int],
+                    kwargs: dict[str, Any]) -> ResNet:
+    """torchvision's ResNet ``name`` (of ``block`` and ``layers``) without weights, with timm's
+    interface (:class:`~vision_attn.models.resnet.ResNet`); ``kwargs`` go to it (``num_classes``,
     ``zero_init_residual``, ``norm_layer``, ...)."""
-    import torchvision  # imported on demand, as timm is
-
     kwargs = dict(kwargs)
     kwargs.pop("img_size", None)
-    builder = getattr(torchvision.models, name)
     try:
-        model = builder(weights=None, **kwargs)
+        return ResNet(block, layers, **kwargs)
     except TypeError as e:
         raise ConfigError(f"{name}: {e}; torchvision's ResNet takes num_classes, zero_init_residual, groups, "
                           f"width_per_group, replace_stride_with_dilation and norm_layer") from None
-    model.classifier_keys = ("fc.weight", "fc.bias")
-    return model
 
 
 def timm_model(name: str, **kwargs: Any) -> nn.Module:
@@ -60,32 +60,34 @@ def timm_model(name: str, **kwargs: Any) -> nn.Module:
 
 register_prefix("timm", timm_model)
 
+_CFG = data_cfg(224, crop_pct=0.95, first_conv="conv1")  # timm's default weights for these names (a1_in1k)
 
-@register_model
-def resnet18(**kwargs) -> nn.Module:
+
+@register_model(cfg=_CFG)
+def resnet18(**kwargs) -> ResNet:
     """torchvision's ResNet-18 (11.7 M parameters, BasicBlock)."""
-    return torchvision_cnn("resnet18", kwargs)
+    return torchvision_cnn("resnet18", BasicBlock, (2, 2, 2, 2), kwargs)
 
 
-@register_model
-def resnet34(**kwargs) -> nn.Module:
+@register_model(cfg=_CFG)
+def resnet34(**kwargs) -> ResNet:
     """torchvision's ResNet-34 (21.8 M, BasicBlock)."""
-    return torchvision_cnn("resnet34", kwargs)
+    return torchvision_cnn("resnet34", BasicBlock, (3, 4, 6, 3), kwargs)
 
 
-@register_model
-def resnet50(**kwargs) -> nn.Module:
+@register_model(cfg=_CFG)
+def resnet50(**kwargs) -> ResNet:
     """torchvision's ResNet-50 (25.6 M, Bottleneck)."""
-    return torchvision_cnn("resnet50", kwargs)
+    return torchvision_cnn("resnet50", Bottleneck, (3, 4, 6, 3), kwargs)
 
 
-@register_model
-def resnet101(**kwargs) -> nn.Module:
+@register_model(cfg=_CFG)
+def resnet101(**kwargs) -> ResNet:
     """torchvision's ResNet-101 (44.5 M, Bottleneck)."""
-    return torchvision_cnn("resnet101", kwargs)
+    return torchvision_cnn("resnet101", Bottleneck, (3, 4, 23, 3), kwargs)
 
 
-@register_model
-def resnet152(**kwargs) -> nn.Module:
+@register_model(cfg=_CFG)
+def resnet152(**kwargs) -> ResNet:
     """torchvision's ResNet-152 (60.2 M, Bottleneck)."""
-    return torchvision_cnn("resnet152", kwargs)
+    return torchvision_cnn("resnet152", Bottleneck, (3, 8, 36, 3), kwargs)

@@ -5,24 +5,41 @@ import difflib
 import fnmatch
 import functools
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.models.checkpoint import load_checkpoint
+from vision_attn.models.features import FEATURE_CFG_KEYS, FeatureModule
+from vision_attn.models.pretrained_cfg import model_cfg
 from vision_attn.models.insertion import InsertionReport, default_attention_sites, insert_into_module
 
 _ENTRYPOINTS: dict[str, Callable[..., nn.Module]] = {}
+_CFGS: dict[str, dict[str, Any]] = {}
 _PREFIXES: dict[str, Callable[..., nn.Module]] = {}
+_Builder = Callable[..., nn.Module]
 
 
-def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-    """Register ``fn`` under its own name; ``fn(**kwargs)`` builds the model."""
-    if fn.__name__ in _ENTRYPOINTS:
-        raise ConfigError(f"model name {fn.__name__!r} is registered twice")
-    _ENTRYPOINTS[fn.__name__] = fn
-    return fn
+def register_model(fn: _Builder | None = None, *, cfg: Mapping[str, Any] | None = None) -> Any:
+    """Register ``fn`` under its own name; ``fn(**kwargs)`` builds the model. ``@register_model(cfg=...)``
+    also records the name's input configuration (:func:`~vision_attn.models.pretrained_cfg.data_cfg`),
+    which :func:`create_model` puts on the model as ``pretrained_cfg``."""
+    def register(fn: _Builder) -> _Builder:
+        if fn.__name__ in _ENTRYPOINTS:
+            raise ConfigError(f"model name {fn.__name__!r} is registered twice")
+        _ENTRYPOINTS[fn.__name__] = fn
+        if cfg is not None:
+            _CFGS[fn.__name__] = dict(cfg)
+        return fn
+
+    return register if fn is None else register(fn)
+
+
+def get_pretrained_cfg(name: str) -> dict[str, Any] | None:
+    """The input configuration registered for ``name`` (a copy), or None."""
+    cfg = _CFGS.get(name)
+    return dict(cfg) if cfg is not None else None
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -59,6 +76,10 @@ def create_model(
     num_classes: int | None = None,
     img_size: int | tuple[int, int] | None = None,
     attention: str | Mapping[str, Any] | None = None,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    output_fmt: str | None = None,
+    feature_cfg: Mapping[str, Any] | None = None,
     **kwargs,
 ) -> nn.Module:
     """Build the registered model ``name`` (or ``"timm:NAME"``, any timm model).
@@ -75,19 +96,45 @@ def create_model(
     ``"none"``: no blocks. The blocks are inserted before ``pretrained`` is loaded, so a file of the
     plain backbone loads strictly apart from the new blocks (which keep their initialisation), and a
     file saved with the blocks loads strictly.
+
+    As in timm, ``features_only=True`` returns the feature maps instead
+    (:class:`~vision_attn.models.features.FeatureModule`): those of the levels ``out_indices`` (as
+    ``forward_intermediates`` counts them; default the family's, as timm's), in ``output_fmt``, with
+    the final norm applied when ``feature_cfg={"norm": True}``. The model carries its name's input
+    configuration as ``pretrained_cfg`` (:mod:`vision_attn.models.pretrained_cfg`).
     """
     fn = get_entrypoint(name)
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     if img_size is not None:
         kwargs["img_size"] = img_size
+    feature_args = {"out_indices": out_indices, "output_fmt": output_fmt, "feature_cfg": feature_cfg}
+    if not features_only:
+        given = [k for k, v in feature_args.items() if v is not None]
+        if given:
+            raise ConfigError(f"create_model({name!r}): {given[0]} applies to feature maps; add features_only=True")
+    elif ":" in name:  # another library's model: its own features_only
+        kwargs.update({"features_only": True, **{k: v for k, v in feature_args.items() if v is not None}})
     model = fn(**kwargs)
     new_keys: tuple[str, ...] = ()
     if attention is not None and attention != "none":
         new_keys = _insert(model, attention, img_size).new_keys
     if pretrained is not None:
         load_checkpoint(model, pretrained, optional=new_keys)
+    if name in _CFGS:
+        model.pretrained_cfg = model.default_cfg = model_cfg(name, _CFGS[name], model, img_size)
+    if features_only and ":" not in name:
+        model = FeatureModule(model, out_indices, output_fmt, norm=_feature_norm(name, feature_cfg))
     return model
+
+
+def _feature_norm(name: str, feature_cfg: Mapping[str, Any] | None) -> bool:
+    cfg = dict(feature_cfg or {})
+    unknown = [k for k in cfg if k not in FEATURE_CFG_KEYS]
+    if unknown:
+        raise ConfigError(f"create_model({name!r}): feature_cfg key {unknown[0]!r} is not known; "
+                          f"known: {', '.join(FEATURE_CFG_KEYS)}")
+    return cfg.get("norm", False)
 
 
 def _insert(model: nn.Module, attention: str | Mapping[str, Any], img_size: Any) -> InsertionReport:

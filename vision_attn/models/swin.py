@@ -25,10 +25,30 @@ from vision_attn.layers.linear import linear
 from vision_attn.layers.patch_merging import PatchMerging
 from vision_attn.layers.swin_block import WINDOW_RULES, SwinBlock, WindowRule
 from vision_attn.layers.window_attention import ShiftedWindows, WindowAttention, resample_relative_position_bias
+from vision_attn.models.contract import TimmContract, run_blocks
+from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
 
 __all__ = ["SwinTransformer", "SwinStage", "ClassifierHead", "torchvision_to_timm", "official_to_timm",
            "timm_to_torchvision"]
+
+
+def fit_image(x: torch.Tensor, patch_size: tuple[int, int], img_size: tuple[int, int], pad: bool) -> torch.Tensor:
+    """Refuse images smaller than one patch; without ``pad`` (torchvision's rule) cut the remainder
+    of a size that is not a patch multiple, as torchvision's strided convolution does."""
+    if x.ndim == 4:
+        H, W = x.shape[-2:]
+        ph, pw = patch_size
+        if H < ph or W < pw:
+            raise DataError(
+                f"image size {H}x{W} is smaller than one {ph}x{pw} patch: resize the images to at least "
+                f"{ph}x{pw} (the model was configured for {img_size[0]}x{img_size[1]})")
+        if not pad and (H % ph or W % pw):
+            x = x[..., : H - H % ph, : W - W % pw]
+    return x
+
+
+torch.fx.wrap("fit_image")  # torch.fx symbolic tracing: one leaf node, not a branch on a traced size
 
 
 class SwinStage(nn.Module):
@@ -63,6 +83,7 @@ class SwinStage(nn.Module):
     ) -> None:
         super().__init__()
         self.resolution = resolution
+        self.grad_checkpointing = False
         self.downsample = merge_layer(dim, out_dim, norm_layer) if downsample else nn.Identity()
         self.windows = ShiftedWindows()
         shift = (window_size[0] // 2, window_size[1] // 2)
@@ -75,7 +96,7 @@ class SwinStage(nn.Module):
         ])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(self.downsample(x))
+        return run_blocks(self, self.blocks, self.downsample(x))
 
 
 class ClassifierHead(nn.Module):
@@ -93,7 +114,7 @@ class ClassifierHead(nn.Module):
         return linear(x, self.fc)
 
 
-class SwinTransformer(nn.Module):
+class SwinTransformer(TimmContract, nn.Module):
     """Swin classifier: patch embedding (+ norm), four stages, norm, average pool, head.
 
     Images (B, C, H, W) of any size -> logits (B, num_classes). An image that is not a patch multiple
@@ -106,7 +127,15 @@ class SwinTransformer(nn.Module):
     :mod:`vision_attn.layers.swin_block`. Stochastic depth rises linearly from 0 over all blocks to
     ``drop_path_rate``. ``block_layer``, ``merge_layer`` and ``attn_layer`` (one for all stages or one
     per stage) are injected into every stage (see :class:`SwinStage`).
+
+    timm's model interface (:class:`~vision_attn.models.contract.TimmContract`): one feature level per
+    stage (``feature_info``: module ``layers.i`` at strides 4, 8, 16, 32), maps as NCHW or NHWC;
+    ``features_only`` gives all four stages in NHWC by default, as timm's Swin does.
     """
+
+    output_fmts = ("NCHW", "NHWC")
+    features_only_fmt = "NHWC"
+    norm_last_level_only = True
 
     classifier_keys = ("head.fc.weight", "head.fc.bias")
 
@@ -199,7 +228,7 @@ class SwinTransformer(nn.Module):
     def reset_classifier(self, num_classes: int) -> None:
         """Replace the head with a freshly initialised one for ``num_classes`` (0: no head)."""
         self.num_classes = num_classes
-        device = self.norm.weight.device
+        device = next(self.parameters()).device
         self.head.fc = nn.Linear(self.num_features, num_classes, device=device) if num_classes > 0 else nn.Identity()
         if isinstance(self.head.fc, nn.Linear):
             nn.init.trunc_normal_(self.head.fc.weight, std=0.02)
@@ -208,16 +237,7 @@ class SwinTransformer(nn.Module):
     # ---------------------------------------------------------------- forward
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, C, H, W) -> patch tokens (B, H/p, W/p, D), normalised."""
-        if x.ndim == 4:
-            H, W = x.shape[-2:]
-            ph, pw = self.patch_embed.patch_size
-            if H < ph or W < pw:
-                raise DataError(
-                    f"image size {H}x{W} is smaller than one {ph}x{pw} patch: resize the images to at least "
-                    f"{ph}x{pw} (the model was configured for {self.patch_embed.img_size[0]}x{self.patch_embed.img_size[1]})")
-            if not self.rule.pad_image and (H % ph or W % pw):
-                x = x[..., : H - H % ph, : W - W % pw]  # what torchvision's strided convolution sees
-        return self.patch_embed(x)
+        return self.patch_embed(fit_image(x, self.patch_embed.patch_size, self.patch_embed.img_size, self.rule.pad_image))
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised last-stage map (B, H/32, W/32, C_last), NHWC."""
@@ -230,23 +250,24 @@ class SwinTransformer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] = 4,
-                              norm: bool = False) -> list[torch.Tensor]:
-        """Stage outputs as NCHW maps (B, C_i, H/s_i, W/s_i) at strides s_i = 4, 8, 16, 32 (for
-        detection necks): the last ``indices`` stages if an int, else the listed stage indices
-        (negative counts from the end). ``norm`` applies the final norm to the last stage's map."""
-        n = self.num_layers
-        take = list(range(n - indices, n)) if isinstance(indices, int) else [i % n for i in indices]
-        if not take or any(not 0 <= i < n for i in take):
-            raise ConfigError(f"indices {indices!r} select no valid stage of the {n} stages")
-        x = self.embed(x)
-        maps = []
-        for i, stage in enumerate(self.layers[: max(take) + 1]):
-            x = stage(x)
-            if i in take:
-                y = self.norm(x) if norm and i == n - 1 else x
-                maps.append(y.permute(0, 3, 1, 2).contiguous())  # (B, C, H, W)
-        return maps
+    # ---------------------------------------------------------------- timm's contract: one level a stage
+    def _levels(self) -> nn.Sequential:
+        return self.layers
+
+    def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return self.embed(x), None
+
+    def _run_level(self, i: int, x: torch.Tensor, context: None) -> torch.Tensor:
+        return self.layers[i](x)
+
+    def _feature_map(self, i: int, x: torch.Tensor, context: None, norm: bool, output_fmt: str) -> torch.Tensor:
+        """Stage output (B, H, W, C) -> (B, C, H, W) or as it is (``"NHWC"``); ``norm`` applies the final
+        norm to the last stage's map only (the norm has the last stage's width), as timm."""
+        y = self.norm(x) if norm and i == self.num_layers - 1 else x
+        return y if output_fmt == "NHWC" else y.permute(0, 3, 1, 2).contiguous()
+
+    def _truncate(self, last: int) -> None:
+        self.layers = self.layers[: last + 1]
 
     # ---------------------------------------------------------------- checkpoints
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -414,56 +435,61 @@ _BASE = dict(patch_size=4, window_size=7, embed_dim=128, depths=(2, 2, 18, 2), n
 _LARGE = dict(patch_size=4, window_size=7, embed_dim=192, depths=(2, 2, 18, 2), num_heads=(6, 12, 24, 48))
 _TV = dict(window_rule="torchvision")
 
+# Input configurations (vision_attn.models.pretrained_cfg): timm's default weights under timm's names,
+# torchvision's IMAGENET1K_V1 weights under torchvision's
+_CFG_224 = data_cfg(224, crop_pct=0.9)
+_CFG_384 = data_cfg(384, crop_pct=1.0)
 
-@register_model
+
+@register_model(cfg=_CFG_224)
 def swin_tiny_patch4_window7_224(**kwargs) -> SwinTransformer:
     """Swin-T (28.3 M parameters, 4.5 GMACs); timm's window rule."""
     return _swin(_TINY, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_224)
 def swin_small_patch4_window7_224(**kwargs) -> SwinTransformer:
     """Swin-S (49.6 M, 8.7 GMACs)."""
     return _swin(_SMALL, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_224)
 def swin_base_patch4_window7_224(**kwargs) -> SwinTransformer:
     """Swin-B (87.8 M, 15.4 GMACs)."""
     return _swin(_BASE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_384)
 def swin_base_patch4_window12_384(**kwargs) -> SwinTransformer:
     """Swin-B at 384 px with 12x12 windows (47.1 GMACs)."""
     return _swin({**_BASE, "window_size": 12, "img_size": 384}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_224)
 def swin_large_patch4_window7_224(**kwargs) -> SwinTransformer:
     """Swin-L (196.5 M)."""
     return _swin(_LARGE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_384)
 def swin_large_patch4_window12_384(**kwargs) -> SwinTransformer:
     """Swin-L at 384 px with 12x12 windows."""
     return _swin({**_LARGE, "window_size": 12, "img_size": 384}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(224, crop_pct=224 / 232))
 def swin_t(**kwargs) -> SwinTransformer:
     """torchvision's Swin-T: torchvision's window rule, stochastic depth 0.2."""
     return _swin({**_TINY, **_TV, "drop_path_rate": 0.2}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(224, crop_pct=224 / 246))
 def swin_s(**kwargs) -> SwinTransformer:
     """torchvision's Swin-S: stochastic depth 0.3."""
     return _swin({**_SMALL, **_TV, "drop_path_rate": 0.3}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(224, crop_pct=224 / 238))
 def swin_b(**kwargs) -> SwinTransformer:
     """torchvision's Swin-B: stochastic depth 0.5."""
     return _swin({**_BASE, **_TV, "drop_path_rate": 0.5}, kwargs)

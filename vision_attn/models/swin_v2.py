@@ -29,6 +29,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention, TorchvisionCosineWindowAttention
 from vision_attn.layers.patch_merging import PatchMergingV2
 from vision_attn.layers.swin_block import SwinV2Block, WindowRule
+from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
 from vision_attn.models.swin import SwinTransformer
 
@@ -125,68 +126,72 @@ _SMALL = dict(embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24))
 _BASE = dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32))
 _TV = dict(window_size=8, window_rule="torchvision", attn_layer=TorchvisionCosineWindowAttention)
 
+# Input configurations (vision_attn.models.pretrained_cfg): timm's default weights under timm's names,
+# torchvision's IMAGENET1K_V1 weights under torchvision's
+_CFG_256 = data_cfg(256, crop_pct=0.9)
 
-@register_model
+
+@register_model(cfg=_CFG_256)
 def swinv2_tiny_window8_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-T, 8x8 windows at 256 px (28.3 M parameters, 5.96 GMACs); timm's window rule."""
     return _swinv2({**_TINY, "window_size": 8}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_tiny_window16_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-T, 16x16 windows at 256 px (6.68 GMACs)."""
     return _swinv2({**_TINY, "window_size": 16}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_small_window8_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-S, 8x8 windows at 256 px (49.7 M)."""
     return _swinv2({**_SMALL, "window_size": 8}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_small_window16_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-S, 16x16 windows at 256 px (49.7 M, 12.8 GMACs)."""
     return _swinv2({**_SMALL, "window_size": 16}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_base_window8_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-B, 8x8 windows at 256 px (87.9 M)."""
     return _swinv2({**_BASE, "window_size": 8}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_base_window16_256(**kwargs) -> SwinTransformerV2:
     """Swin V2-B, 16x16 windows at 256 px (87.9 M)."""
     return _swinv2({**_BASE, "window_size": 16}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_256)
 def swinv2_base_window12to16_192to256(**kwargs) -> SwinTransformerV2:
     """Swin V2-B pre-trained with 12x12 windows at 192 px, fine-tuned with 16x16 at 256 px."""
     return _swinv2({**_BASE, "window_size": 16, "pretrained_window_sizes": (12, 12, 12, 6)}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(384, crop_pct=1.0))
 def swinv2_base_window12to24_192to384(**kwargs) -> SwinTransformerV2:
     """Swin V2-B pre-trained with 12x12 windows at 192 px, fine-tuned with 24x24 at 384 px."""
     return _swinv2({**_BASE, "window_size": 24, "img_size": 384, "pretrained_window_sizes": (12, 12, 12, 6)}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(256, crop_pct=256 / 260))
 def swin_v2_t(**kwargs) -> SwinTransformerV2:
     """torchvision's Swin V2-T (28.4 M, 5.94 GMACs at 256 px): torchvision's window rule, stochastic depth 0.2."""
     return _swinv2({**_TINY, **_TV, "drop_path_rate": 0.2}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(256, crop_pct=256 / 260))
 def swin_v2_s(**kwargs) -> SwinTransformerV2:
     """torchvision's Swin V2-S: stochastic depth 0.3."""
     return _swinv2({**_SMALL, **_TV, "drop_path_rate": 0.3}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(256, crop_pct=256 / 272))
 def swin_v2_b(**kwargs) -> SwinTransformerV2:
     """torchvision's Swin V2-B: stochastic depth 0.5."""
     return _swinv2({**_BASE, **_TV, "drop_path_rate": 0.5}, kwargs)

@@ -30,12 +30,18 @@ from vision_attn.layers import (
     sincos_2d,
 )
 from vision_attn.layers.pos_embed import check_pos_embed_kind
+from vision_attn.models.contract import TimmContract, run_blocks
+from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
 __all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm"]
 
+# torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
+torch.fx.wrap("resample_abs_pos_embed")
+torch.fx.wrap("sincos_2d")
 
-class VisionTransformer(nn.Module):
+
+class VisionTransformer(TimmContract, nn.Module):
     """ViT / DeiT classifier: patch embedding, prefix tokens, position embedding, blocks, norm, head.
 
     Images (B, C, H, W) -> logits (B, num_classes). Any image size that is a multiple of the patch
@@ -48,8 +54,15 @@ class VisionTransformer(nn.Module):
     returns both logits ``(cls, dist)``, at evaluation their mean. ``mask_token=True`` adds DINOv2's
     learned mask token (1, D): ``forward_features(x, masks)`` puts it in place of the patch tokens
     that the boolean ``masks`` (B, h*w) select, and official DINOv2 files keep theirs.
+
+    timm's model interface (:class:`~vision_attn.models.contract.TimmContract`): one feature level per
+    block (``feature_info``: ``embed_dim`` channels at the patch stride, module ``blocks.i``), maps as
+    NCHW or tokens (``"NLC"``, prefix tokens dropped); ``features_only`` takes the last three blocks
+    by default, as timm does.
     """
 
+    output_fmts = ("NCHW", "NLC")
+    default_out_indices = 3
     classifier_keys = ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias")
 
     def __init__(
@@ -130,6 +143,9 @@ class VisionTransformer(nn.Module):
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self.head_dist = (nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()) if distilled else None
+        self.grad_checkpointing = False
+        reduction = max(self.patch_embed.patch_size)
+        self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f"blocks.{i}") for i in range(depth)]
         self.init_weights()
 
     # ---------------------------------------------------------------- init and bookkeeping
@@ -207,10 +223,7 @@ class VisionTransformer(nn.Module):
         """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D); ``masks`` (B, h*w), boolean,
         replaces those patch tokens by the mask token (``mask_token=True``)."""
         x, grid = self._embed(x, masks)
-        rope = self._rope(grid, x)
-        for blk in self.blocks:
-            x = blk(x, rope=rope)
-        return self.norm(x)
+        return self.norm(run_blocks(self, self.blocks, x, rope=self._rope(grid, x)))
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, D): the class token, or the mean of the patch tokens."""
@@ -234,25 +247,31 @@ class VisionTransformer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] = 4,
-                              norm: bool = False) -> list[torch.Tensor]:
-        """Feature maps (B, D, h, w) after the chosen blocks: the last ``indices`` blocks if an int,
-        else the listed block indices (negative counts from the end). ``norm`` applies the final norm.
-        For detection necks; the prefix tokens are dropped."""
-        depth = len(self.blocks)
-        take = list(range(depth - indices, depth)) if isinstance(indices, int) else [i % depth for i in indices]
-        if not take or any(not 0 <= i < depth for i in take):
-            raise ConfigError(f"indices {indices!r} select no valid block of the {depth} blocks")
-        x, (h, w) = self._embed(x)
-        rope = self._rope((h, w), x)
-        maps = []
-        for i, blk in enumerate(self.blocks[: max(take) + 1]):
-            x = blk(x, rope=rope)
-            if i in take:
-                y = self.norm(x) if norm else x
-                y = y[:, self.num_prefix_tokens:]  # (B, h*w, D)
-                maps.append(y.reshape(y.shape[0], h, w, -1).permute(0, 3, 1, 2))  # (B, D, h, w)
-        return maps
+    # ---------------------------------------------------------------- timm's contract: one level a block
+    def _levels(self) -> nn.ModuleList:
+        return self.blocks
+
+    def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        x, grid = self._embed(x)
+        return x, (grid, self._rope(grid, x))
+
+    def _run_level(self, i: int, x: torch.Tensor, context: tuple) -> torch.Tensor:
+        return run_blocks(self, [self.blocks[i]], x, rope=context[1])
+
+    def _feature_map(self, i: int, x: torch.Tensor, context: tuple, norm: bool, output_fmt: str) -> torch.Tensor:
+        """Tokens (B, prefix + h*w, D) -> (B, D, h, w) (``"NCHW"``) or (B, h*w, D) (``"NLC"``)."""
+        y = (self.norm(x) if norm else x)[:, self.num_prefix_tokens:]  # (B, h*w, D)
+        if output_fmt == "NLC":
+            return y
+        h, w = context[0]
+        return y.reshape(y.shape[0], h, w, y.shape[-1]).permute(0, 3, 1, 2).contiguous()
+
+    def _truncate(self, last: int) -> None:
+        self.blocks = self.blocks[: last + 1]
+
+    def _prune_head(self) -> None:
+        self.fc_norm = nn.Identity()
+        self.reset_classifier(0)
 
     # ---------------------------------------------------------------- checkpoints
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -400,92 +419,99 @@ _SMALL = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
 _BASE = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
 _LARGE = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16)
 
+# Input configurations (vision_attn.models.pretrained_cfg): timm's default weights under timm's names,
+# torchvision's IMAGENET1K_V1 weights under torchvision's
+_CFG_AUGREG = data_cfg(224, crop_pct=0.9, mean=INCEPTION_MEAN, std=INCEPTION_STD)  # Google's ViT weights
+_CFG_DEIT = data_cfg(224, crop_pct=0.9)
+_CFG_TV = data_cfg(224, crop_pct=224 / 256, interpolation="bilinear")
+_CFG_DINOV2 = data_cfg(518, crop_pct=1.0)
 
-@register_model
+
+@register_model(cfg=_CFG_AUGREG)
 def vit_tiny_patch16_224(**kwargs) -> VisionTransformer:
     """ViT-Ti/16 (5.7 M parameters)."""
     return _vit(_TINY, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_AUGREG)
 def vit_small_patch16_224(**kwargs) -> VisionTransformer:
     """ViT-S/16 (22.1 M)."""
     return _vit(_SMALL, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_AUGREG)
 def vit_base_patch16_224(**kwargs) -> VisionTransformer:
     """ViT-B/16 (86.6 M)."""
     return _vit(_BASE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_AUGREG)
 def vit_base_patch32_224(**kwargs) -> VisionTransformer:
     """ViT-B/32 (88.2 M)."""
     return _vit({**_BASE, "patch_size": 32}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(384, crop_pct=1.0, mean=INCEPTION_MEAN, std=INCEPTION_STD))
 def vit_base_patch16_384(**kwargs) -> VisionTransformer:
     """ViT-B/16 at 384 px."""
     return _vit({**_BASE, "img_size": 384}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_AUGREG)
 def vit_large_patch16_224(**kwargs) -> VisionTransformer:
     """ViT-L/16 (304 M)."""
     return _vit(_LARGE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_tiny_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-Ti: the ViT-Ti architecture with DeiT's training recipe."""
     return _vit(_TINY, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_small_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-S."""
     return _vit(_SMALL, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_base_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-B."""
     return _vit(_BASE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_tiny_distilled_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-Ti with the distillation token and second head."""
     return _vit({**_TINY, "distilled": True}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_small_distilled_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-S distilled (22.4 M)."""
     return _vit({**_SMALL, "distilled": True}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DEIT)
 def deit_base_distilled_patch16_224(**kwargs) -> VisionTransformer:
     """DeiT-B distilled."""
     return _vit({**_BASE, "distilled": True}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_TV)
 def vit_b_16(**kwargs) -> VisionTransformer:
     """torchvision's ViT-B/16; loads torchvision checkpoints (``timm_to_torchvision`` maps back)."""
     return _vit(_BASE, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_TV)
 def vit_b_32(**kwargs) -> VisionTransformer:
     """torchvision's ViT-B/32."""
     return _vit({**_BASE, "patch_size": 32}, kwargs)
 
 
-@register_model
+@register_model(cfg=data_cfg(224, crop_pct=224 / 242, interpolation="bilinear"))
 def vit_l_16(**kwargs) -> VisionTransformer:
     """torchvision's ViT-L/16."""
     return _vit(_LARGE, kwargs)
@@ -499,49 +525,49 @@ _REG4 = dict(reg_tokens=4, no_embed_class=True)
 _GIANT = dict(embed_dim=1536, depth=40, num_heads=24, mlp_ratio=2.66667 * 2, ffn_layer=SwiGLU, act_layer=nn.SiLU)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_small_patch14_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-S/14 (22.1 M parameters)."""
     return _vit({**_SMALL, **_DINOV2}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_base_patch14_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-B/14 (86.6 M)."""
     return _vit({**_BASE, **_DINOV2}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_large_patch14_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-L/14 (304 M)."""
     return _vit({**_LARGE, **_DINOV2}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_giant_patch14_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-g/14 with a SwiGLU feed-forward network (1.14 B)."""
     return _vit({**_DINOV2, **_GIANT}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_small_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-S/14 with 4 register tokens."""
     return _vit({**_SMALL, **_DINOV2, **_REG4}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_base_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-B/14 with 4 register tokens."""
     return _vit({**_BASE, **_DINOV2, **_REG4}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_large_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-L/14 with 4 register tokens."""
     return _vit({**_LARGE, **_DINOV2, **_REG4}, kwargs)
 
 
-@register_model
+@register_model(cfg=_CFG_DINOV2)
 def vit_giant_patch14_reg4_dinov2(**kwargs) -> VisionTransformer:
     """DINOv2 ViT-g/14 (SwiGLU) with 4 register tokens."""
     return _vit({**_DINOV2, **_GIANT, **_REG4}, kwargs)

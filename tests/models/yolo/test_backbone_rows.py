@@ -75,7 +75,7 @@ def test_swin_backbone_maps_are_the_models_stage_outputs(tmp_path):
     x = torch.rand(1, 3, 96, 128)
     with torch.no_grad():
         ours = backbone(x)
-        ref = swin.forward_intermediates(x, [1, 3], norm=True)
+        ref = swin.forward_intermediates(x, [1, 3], norm=True, intermediates_only=True)
         last = swin.forward_features(x).permute(0, 3, 1, 2)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b)
@@ -164,7 +164,7 @@ def _swin_text(old: str, new: str) -> str:
      "row 0 (Backbone): unknown model 'swin_tiny_patch4_window7': did you mean swin_tiny_patch4_window7_224"),
     ("Backbone, [swin_tiny_patch4_window7_224,", "Backbone, [os.system,", "row 0 (Backbone): unknown model 'os.system'"),
     ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 3], depth: 3}]]", "row 0 (Backbone): Backbone: unknown keyword 'depth'"),
-    ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 7]}]]", "row 0 (Backbone): indices=[1, 2, 7]: 7 is not a stage"),
+    ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 7]}]]", "row 0 (Backbone): indices=[1, 2, 7]: 7 is not a feature level"),
     ("[0, 1, Index, [2]]", "[0, 1, Index, [3]]", "row 3 field 'args': index 3 is out of range; the input gives 3 maps"),
     ("[0, 1, Index, [2]]", "[0, 1, Index, [700, 2]]", "row 3 field 'args': map 2 has 768 channels, not 700"),
     ("[0, 1, Index, [2]]", "[0, 1, SE, []]", "row 3 field 'from': row 0 (Backbone) gives a list of feature maps; "
@@ -193,4 +193,4 @@ def test_attention_after_each_index_row():
 def test_swin_backbone_configured_for_672():
     with torch.device("meta"):
         backbone = Backbone("swin_tiny_patch4_window7_224", {"img_size": 672})
-    assert backbone.net.patch_embed.img_size == (672, 672) and backbone.channels == [192, 384, 768]
+    assert backbone.net.model.patch_embed.img_size == (672, 672) and backbone.channels == [192, 384, 768]
