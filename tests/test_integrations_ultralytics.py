@@ -15,6 +15,8 @@ from tests.peers import import_ultralytics
 ultralytics_tasks = import_ultralytics()
 
 from vision_attn.integrations.ultralytics import BLOCK_NAMES, register  # noqa: E402
+from vision_attn.models.features import FeatureModule  # noqa: E402
+from vision_attn.models.yolo.backbone import Backbone  # noqa: E402
 from vision_attn.models.yolo import build_detector, insert_attention_text  # noqa: E402
 from vision_attn.models.yolo.modules import ATTENTION_ROWS  # noqa: E402
 from vision_attn.models.yolo.swin import MapSwin  # noqa: E402
@@ -24,7 +26,35 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 def test_every_attention_row_is_registered():
     assert set(BLOCK_NAMES) == set(ATTENTION_ROWS)
-    assert set(register()) == set(ATTENTION_ROWS)
+    assert set(register()) == set(ATTENTION_ROWS) | {"Backbone"}
+
+
+SWIN_ULTRALYTICS = """\
+nc: 3
+scales: {n: [0.33, 0.25, 1024]}
+backbone:
+  - [-1, 1, Backbone, [swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]] # 0 maps at strides 8, 16, 32
+  - [0, 1, Index, [192, 0]] # 1 ultralytics' Index: channels, then the map
+  - [0, 1, Index, [384, 1]] # 2
+  - [0, 1, Index, [768, 2]] # 3
+  - [-1, 1, SPPF, [1024, 5]] # 4
+head:
+  - [[1, 2, 4], 1, Detect, [nc]] # 5
+"""
+
+
+def test_backbone_row_builds_in_ultralytics_through_features_only():
+    register()
+    model = ultralytics_tasks.DetectionModel(yaml.safe_load(SWIN_ULTRALYTICS), verbose=False)
+    backbone = model.model[0]
+    assert isinstance(backbone, Backbone) and isinstance(backbone.net, FeatureModule)
+    assert backbone.channels == [192, 384, 768] and model.stride.tolist() == [8.0, 16.0, 32.0]
+    with torch.device("meta"):
+        ours = build_detector(SWIN_ULTRALYTICS)  # the same text in vision_attn's builder
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in ours.parameters())
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.rand(1, 3, 64, 96))[0].shape == (1, 4 + 3, 8 * 12 + 4 * 6 + 2 * 3)
 
 
 @pytest.mark.parametrize("scale", ["n", "s"])

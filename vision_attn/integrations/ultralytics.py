@@ -4,8 +4,15 @@
 looks module names up in (``ultralytics.nn.tasks``). ultralytics passes an unknown module's arguments
 unchanged and gives it no channel count, so each block is built for its input's channels on the
 first forward (ultralytics runs one when it builds the model, to find its strides): a row
-``[-1, 1, CBAM, []]`` works at every scale there too. ultralytics is AGPL: it is never imported by
-vision_attn except inside :func:`register`, and never a dependency.
+``[-1, 1, CBAM, []]`` works at every scale there too.
+
+It also adds the ``Backbone`` row of vision_attn's YAMLs
+(:class:`~vision_attn.models.yolo.backbone.Backbone`: a registered model through
+``create_model(..., features_only=True)``, the one feature-map path of vision_attn), so that
+``[-1, 1, Backbone, [swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]]`` and ultralytics' own
+``[0, 1, Index, [192, 0]]`` rows (ultralytics' Index takes the channels first) build a transformer
+backbone inside ultralytics. ultralytics is AGPL: it is never imported by vision_attn except inside
+:func:`register`, and never a dependency.
 """
 from __future__ import annotations
 
@@ -15,9 +22,10 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.models.yolo.backbone import Backbone
 from vision_attn.models.yolo.modules import MODULES
 
-__all__ = ["LazyAttention", "register", "BLOCK_NAMES", "CLASSES"]
+__all__ = ["LazyAttention", "register", "BLOCK_NAMES", "CLASSES", "ROWS"]
 
 
 class LazyAttention(nn.Module):
@@ -59,9 +67,13 @@ BLOCK_NAMES = ("CBAM", "CBAMPaper", "SE", "ECA", "CoordAtt", "TransformerBlock",
 CLASSES = _make_classes()
 globals().update(CLASSES)
 
+ROWS: dict[str, type[nn.Module]] = {**CLASSES, "Backbone": Backbone}
+"""Every name :func:`register` adds: the attention blocks and the Backbone row."""
 
-def register() -> dict[str, type[LazyAttention]]:
-    """Make our attention blocks usable by name in ultralytics' YAMLs; returns name -> class.
+
+def register() -> dict[str, type[nn.Module]]:
+    """Make our attention blocks and the Backbone row usable by name in ultralytics' YAMLs; returns
+    name -> class.
 
     Calling it twice is harmless; a name that ultralytics itself defines there is left alone (a
     :class:`ConfigError` says which).
@@ -70,8 +82,8 @@ def register() -> dict[str, type[LazyAttention]]:
         import ultralytics.nn.tasks as tasks
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ConfigError(f"ultralytics is not installed ({e}); install it to use its trainer") from None
-    added: dict[str, type[LazyAttention]] = {}
-    for name, cls in CLASSES.items():
+    added: dict[str, type[nn.Module]] = {}
+    for name, cls in ROWS.items():
         current = getattr(tasks, name, None)
         if current is not None and current is not cls:
             raise ConfigError(f"ultralytics already defines {name!r} in its YAML parser; not replacing it")
