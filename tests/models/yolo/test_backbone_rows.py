@@ -194,3 +194,15 @@ def test_swin_backbone_configured_for_672():
     with torch.device("meta"):
         backbone = Backbone("swin_tiny_patch4_window7_224", {"img_size": 672})
     assert backbone.net.model.patch_embed.img_size == (672, 672) and backbone.channels == [192, 384, 768]
+
+
+def test_detectors_saved_before_features_only_still_load():
+    """Backbone rows kept the model under ``net.``; now it is ``net.model.`` (a FeatureModule)."""
+    torch.manual_seed(0)
+    saved = build_detector(VIT_YAML)
+    old = {k.replace("model.0.net.model.", "model.0.net."): v for k, v in saved.state_dict().items()}
+    assert any(k.startswith("model.0.net.blocks.") for k in old)
+    fresh = build_detector(VIT_YAML)
+    fresh.load_state_dict(old)
+    for key, value in saved.state_dict().items():
+        torch.testing.assert_close(fresh.state_dict()[key], value)
