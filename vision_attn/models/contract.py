@@ -40,8 +40,9 @@ def _checkpointing(module: nn.Module) -> bool:
 def run_blocks(owner: nn.Module, blocks: Sequence[Callable[..., torch.Tensor]], x: torch.Tensor,
                **kwargs: Any) -> torch.Tensor:
     """``x`` through ``blocks`` in turn; each block's activations are recomputed in the backward
-    pass (not kept) when ``owner.grad_checkpointing`` is on and gradients are recorded."""
-    if _checkpointing(owner):
+    pass (not kept) when ``owner.grad_checkpointing`` is on and gradients are recorded (not while
+    torch.fx traces the model: its graph is the plain one)."""
+    if _checkpointing(owner) and not isinstance(x, torch.fx.Proxy):
         for blk in blocks:
             x = checkpoint(blk, x, use_reentrant=False, **kwargs)
     else:
