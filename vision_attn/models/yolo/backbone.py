@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.models.features import FeatureModule
+from vision_attn.models.features import FeatureModule, take_indices
 from vision_attn.models.registry import create_model
 
 __all__ = ["Backbone", "Index", "BACKBONE_KEYWORDS"]
@@ -39,22 +39,13 @@ def _default_levels(feature_info: Sequence[dict[str, Any]], count: int = 3) -> l
 
 
 def _absolute(indices: int | Sequence[int], count: int, name: str) -> list[int]:
-    """Level indices as sorted absolute positions (an int n: the last n)."""
+    """Level indices as sorted absolute positions (an int n: the last n), each level once."""
     if isinstance(indices, bool) or not isinstance(indices, (int, list, tuple)):
         raise ConfigError(f"indices={indices!r}: give a list of feature levels or a count of last ones")
-    if isinstance(indices, int):
-        if not 1 <= indices <= count:
-            raise ConfigError(f"indices={indices}: {name} has {count} feature levels to take the last 1..{count} of")
-        return list(range(count - indices, count))
-    out = []
-    for i in indices:
-        if not isinstance(i, int) or isinstance(i, bool) or not -count <= i < count:
-            raise ConfigError(f"indices={list(indices)!r}: {i!r} is not a feature level of {name} "
-                              f"(0..{count - 1}, or negative from the end)")
-        out.append(i % count)
-    if not out or len(set(out)) != len(out):
+    take, _ = take_indices(count, indices)
+    if len(set(take)) != len(take):
         raise ConfigError(f"indices={list(indices)!r}: give distinct feature levels of {name}")
-    return sorted(out)
+    return sorted(take)
 
 
 class Backbone(nn.Module):
