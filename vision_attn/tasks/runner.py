@@ -77,7 +77,8 @@ def _callbacks(run: RunFolder, progress_bar: bool, task: Task, checkpoint: Mappi
     out: list = [ResumeState(), Checkpointer(run, every_n_steps=checkpoint.get("every_n_steps"),
                                              every_minutes=checkpoint.get("every_minutes")), best]
     if task.lr_monitor:
-        out.append(LearningRateMonitor(logging_interval="epoch"))
+        # at logged steps, after the Checkpointer: nothing is logged between a checkpoint and its batch
+        out.append(LearningRateMonitor(logging_interval="step"))
     if progress_bar:
         out.append(RichProgressBar(leave=True))
     return out

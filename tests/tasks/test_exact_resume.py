@@ -1,0 +1,141 @@
+"""Issue 20: a run stopped at any step (SIGKILL, SIGTERM) and resumed with `--resume true` ends with the
+weights (max difference 0.0), metrics, CSV log and TensorBoard scalars of the uninterrupted run with
+the same seed. Through the command line, as separate processes; the kill steps are drawn from seeded
+generators (one before the first validation, one in the middle of a later epoch)."""
+import json
+import random
+import re
+import signal
+
+import pytest
+
+from tests.folders import make_folder
+from tests.tasks.resume_helpers import assert_same_run, progress_step, run_to_end, stop_at
+from vision_attn.cli import main
+from vision_attn.data import DigitBoxesConfig, write_digit_boxes
+
+STEPS_PER_EPOCH = 6  # 48 images, batches of 8
+STOP_LINE = re.compile(r"stopped by SIGTERM at step (\d+) \(epoch (\d+)\): checkpoint (\S+last\.ckpt); continue with "
+                       r"the same command and --resume true")
+
+
+def _cls_args(runs, root, name, workers=0):
+    return ["train", "cls", "--name", name, "--runs_dir", str(runs), "--data.root", str(root),
+            "--data.img_size", "16", "--data.batch_size", "8", "--data.num_workers", str(workers),
+            "--data.hflip", "0.5", "--model.mixup", "0.5", "--model.ema_decay", "0.9", "--model.warmup_epochs", "1",
+            "--model.model_kwargs", "{patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2, drop_rate: 0.1, "
+            "drop_path_rate: 0.1}", "--trainer.accelerator", "cpu", "--trainer.max_epochs", "3",
+            "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false", "--threads", "1",
+            "--checkpoint.every_n_steps", "1"]
+
+
+CLS_METRICS = ("val_top1", "val_top5", "val_loss", "train_loss", "best_val_top1")
+
+
+@pytest.fixture(scope="module")
+def classification(tmp_path_factory):
+    """A data folder and the uninterrupted reference run (no workers)."""
+    tmp = tmp_path_factory.mktemp("cls")
+    root = make_folder(tmp / "data", n_train=16, n_val=4)
+    run_to_end(_cls_args(tmp / "runs", root, "reference"), tmp)
+    return tmp, root
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_sigkill_twice_and_a_damaged_checkpoint_then_resume_equals_the_uninterrupted_run(classification, seed,
+                                                                                         capsys):
+    tmp, root = classification
+    rng = random.Random(seed)
+    first, second = rng.randint(1, STEPS_PER_EPOCH - 2), rng.randint(STEPS_PER_EPOCH + 1, 2 * STEPS_PER_EPOCH - 1)
+    runs, run = tmp / f"runs{seed}", tmp / f"runs{seed}" / "killed"
+    args = _cls_args(runs, root, "killed")
+    killed = stop_at(args, tmp, run, first, signal.SIGKILL)  # before the first validation
+    assert killed.returncode == -signal.SIGKILL
+    at = progress_step(run)
+    assert first <= at < STEPS_PER_EPOCH and not (run / "metrics.json").exists()
+
+    # a truncated last.ckpt: one line naming it and the way back to previous.ckpt; nothing is touched
+    data = (run / "last.ckpt").read_bytes()
+    (run / "last.ckpt").write_bytes(data[: len(data) // 2])
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(args + ["--resume", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "last.ckpt: not a readable checkpoint" in err, err
+    assert f"--ckpt_path {run / 'previous.ckpt'}" in err
+    assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+    killed = stop_at(args + ["--ckpt_path", str(run / "previous.ckpt")], tmp, run, second, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL  # mid-epoch, after a validation
+    later = progress_step(run)
+    assert second <= later < 3 * STEPS_PER_EPOCH and later % STEPS_PER_EPOCH
+    run_to_end(args + ["--resume", "true"], tmp)
+    resumes = json.loads((run / "resumes.json").read_text())
+    assert [r["step"] for r in resumes] == [at - 1, later]  # previous.ckpt: the step before last.ckpt's
+    assert_same_run(tmp / "runs" / "reference", run, CLS_METRICS)
+
+
+def test_sigterm_with_a_loader_worker_writes_the_step_and_resumes_from_it(classification):
+    tmp, root = classification
+    runs, run = tmp / "runs_term", tmp / "runs_term" / "stopped"
+    args = _cls_args(runs, root, "stopped", workers=1)  # the worker's augmentation streams: per item
+    stopped = stop_at(args, tmp, run, STEPS_PER_EPOCH + 2, signal.SIGTERM)
+    assert stopped.returncode == 75, stopped.stderr[-2000:]
+    line = stopped.stderr.strip().splitlines()[-1]
+    m = STOP_LINE.fullmatch(line)
+    assert m, line
+    step = int(m.group(1))
+    assert m.group(3) == str(run / "last.ckpt") and progress_step(run) == step
+    assert step % STEPS_PER_EPOCH and not (run / "metrics.json").exists()
+    resumed = run_to_end(args + ["--resume", "true"], tmp)
+    assert f"at step {step} (epoch 1)" in " ".join(resumed.stdout.split())  # the progress line
+    m = json.loads((run / "metrics.json").read_text())
+    assert [r["step"] for r in m["resumes"]] == [step]
+    assert_same_run(tmp / "runs" / "reference", run, CLS_METRICS)
+
+
+TINY_DET = """\
+model:
+  yaml: {yaml}
+  scale: n
+  warmup_epochs: 0.5
+  min_warmup_steps: 1
+  close_mosaic: 1
+  plot_images: 0
+  ema_tau: 5.0
+data:
+  data: {root}
+  img_size: 64
+  batch_size: 4
+  num_workers: 0
+trainer:
+  accelerator: cpu
+  max_epochs: 3
+  log_every_n_steps: 1
+  enable_progress_bar: false
+checkpoint:
+  every_n_steps: 1
+threads: 1
+"""
+
+
+def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path, request):
+    """YOLO26n (an end-to-end head: the loss's one-to-many gain decays per epoch) with mosaic closed for
+    the last epoch: stopped mid-epoch by SIGKILL, then by SIGTERM in the closed-mosaic epoch."""
+    root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=4, seed=1))
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolo26.yaml"))
+
+    def args(name):
+        return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
+
+    run_to_end(args("reference"), tmp_path)
+    run = tmp_path / "runs" / "killed"
+    rng = random.Random(1)
+    killed = stop_at(args("killed"), tmp_path, run, rng.randint(1, 3), signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    stopped = stop_at(args("killed") + ["--resume", "true"], tmp_path, run, rng.randint(9, 10), signal.SIGTERM)
+    assert stopped.returncode == 75 and STOP_LINE.fullmatch(stopped.stderr.strip().splitlines()[-1]), stopped.stderr
+    assert progress_step(run) >= 9  # epoch 2 (4 steps an epoch): the mosaic is closed
+    run_to_end(args("killed") + ["--resume", "true"], tmp_path)
+    assert_same_run(tmp_path / "runs" / "reference", run, ("val_map", "val_map50", "train_loss", "best_val_map"))
