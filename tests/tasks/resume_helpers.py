@@ -41,9 +41,11 @@ def progress_step(run: Path) -> int:
 
 
 def stop_at(args: list[str], cwd: Path, run: Path, step: int, sig: int) -> subprocess.CompletedProcess:
-    """Start the command, send ``sig`` once its run folder's last checkpoint reached ``step``."""
+    """Start the command, send ``sig`` to its process group (all processes of a DDP run, as a cluster
+    does) once its run folder's last checkpoint reached ``step``."""
     before = progress_step(run)
-    proc = subprocess.Popen(command(args), env=env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command(args), env=env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -53,11 +55,11 @@ def stop_at(args: list[str], cwd: Path, run: Path, step: int, sig: int) -> subpr
             assert proc.poll() is None, f"the run ended before step {step}: {proc.stderr.read()[-3000:]}"
             assert time.monotonic() < deadline, f"no checkpoint of step {step} within 240 s"
             time.sleep(0.002)
-        proc.send_signal(sig)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

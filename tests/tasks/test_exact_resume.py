@@ -110,7 +110,7 @@ data:
   num_workers: 0
 trainer:
   accelerator: cpu
-  max_epochs: 3
+  max_epochs: 2
   log_every_n_steps: 1
   enable_progress_bar: false
 checkpoint:
@@ -121,8 +121,8 @@ threads: 1
 
 def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path, request):
     """YOLO26n (an end-to-end head: the loss's one-to-many gain decays per epoch) with mosaic closed for
-    the last epoch: stopped mid-epoch by SIGKILL, then by SIGTERM in the closed-mosaic epoch."""
-    root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=4, seed=1))
+    the last epoch: stopped by SIGKILL in the first epoch, then by SIGTERM in the closed-mosaic one."""
+    root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolo26.yaml"))
 
@@ -132,10 +132,30 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     run_to_end(args("reference"), tmp_path)
     run = tmp_path / "runs" / "killed"
     rng = random.Random(1)
-    killed = stop_at(args("killed"), tmp_path, run, rng.randint(1, 3), signal.SIGKILL)
-    assert killed.returncode == -signal.SIGKILL
-    stopped = stop_at(args("killed") + ["--resume", "true"], tmp_path, run, rng.randint(9, 10), signal.SIGTERM)
+    killed = stop_at(args("killed"), tmp_path, run, rng.randint(1, 2), signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL and progress_step(run) < 3  # before the first validation
+    stopped = stop_at(args("killed") + ["--resume", "true"], tmp_path, run, 4, signal.SIGTERM)
     assert stopped.returncode == 75 and STOP_LINE.fullmatch(stopped.stderr.strip().splitlines()[-1]), stopped.stderr
-    assert progress_step(run) >= 9  # epoch 2 (4 steps an epoch): the mosaic is closed
+    assert 4 <= progress_step(run) < 6  # epoch 1, the last: the mosaic is closed
     run_to_end(args("killed") + ["--resume", "true"], tmp_path)
     assert_same_run(tmp_path / "runs" / "reference", run, ("val_map", "val_map50", "train_loss", "best_val_map"))
+
+
+def test_two_process_ddp_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_run(tmp_path):
+    """DDP on the CPU (gloo): each process reads its share of an order fixed by (seed, epoch); both are
+    killed in the middle of epoch 1 and resume from the same batch with their own random streams."""
+    tmp, root = tmp_path, make_folder(tmp_path / "data", n_train=16, n_val=4)
+    runs = tmp / "runs_ddp"
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "2"]
+    run_to_end(_cls_args(runs, root, "reference") + ddp, tmp)
+    run = runs / "killed"
+    args = _cls_args(runs, root, "killed") + ddp
+    half = STEPS_PER_EPOCH // 2  # 3 steps an epoch per process
+    killed = stop_at(args, tmp, run, half + 1, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    at = progress_step(run)
+    assert at % half and at < 2 * half
+    run_to_end(args + ["--resume", "true"], tmp)
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["world_size"] == 2 and [r["step"] for r in m["resumes"]] == [at]
+    assert_same_run(runs / "reference", run, CLS_METRICS)

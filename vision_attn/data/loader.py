@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import signal
 from typing import Any, Callable
 
 import numpy as np
@@ -17,9 +18,16 @@ __all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_ar
 _WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
 def seed_worker(worker_id: int) -> None:
     """``worker_init_fn``: seed Python, NumPy and the dataset's albumentations pipeline from the seed
-    torch gave this worker (different per worker and per epoch, reproducible under a global seed)."""
+    torch gave this worker (different per worker and per epoch, reproducible under a global seed), and
+    ignore the signals that ask training to stop (a cluster sends them to every process, Ctrl-C to the
+    whole terminal group): the training process writes its checkpoint, then ends its workers."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
     seed = torch.initial_seed() % 2**32
     random.seed(seed)
     np.random.seed(seed)

@@ -9,12 +9,12 @@ import threading
 from types import FrameType
 from typing import Any
 
+from vision_attn.data.loader import STOP_SIGNALS
 from vision_attn.errors import TrainingStopped
 
 __all__ = ["StopRequest", "EXIT_STOPPED", "STOP_SIGNALS"]
 
 EXIT_STOPPED = TrainingStopped.exit_status  # 75, EX_TEMPFAIL: run the same command with --resume true
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 class StopRequest:
