@@ -7,8 +7,8 @@ from PIL import Image
 
 import vision_attn
 from tests.folders import make_folder
-from vision_attn.analysis.attention_maps import (attention_maps, attention_rollout, cbam_maps, prepare_image,
-                                                 swin_window_maps, vit_maps)
+from vision_attn.analysis.attention_maps import (AttentionMaps, attention_maps, attention_rollout, cbam_maps,
+                                                 maps_figure, prepare_image, swin_window_maps, vit_maps)
 from vision_attn.cli import main
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.models import VisionTransformer
@@ -58,6 +58,26 @@ def test_swin_window_maps_put_every_window_back_in_place():
     # attention received within a window, averaged over queries: each 7x7 window sums to exactly 1
     torch.testing.assert_close(first.reshape(2, 7, 2, 7).sum((1, 3)), torch.ones(2, 2))
     torch.testing.assert_close(second.sum(), torch.tensor(1.0))
+
+
+def test_panel_titles_never_overlap():
+    """Swin's titles (``layers.0.blocks.0 (56x56, window 7x7)``) ran into each other: wrapped, they do not."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = [f"layers.{i}.blocks.0 ({56 >> i}x{56 >> i}, window 7x7)" for i in range(4)]
+    names += ["model.22.cv3.0.attention.spatial_gate", "x" * 60]
+    maps = AttentionMaps("swin", {n: torch.rand(7, 7) for n in names})
+    fig = maps_figure(np.zeros((56, 56, 3), np.uint8), maps, title="swin_tiny_patch4_window7_224 (trained)")
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    assert len(boxes) == 1 + len(names)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    images = [ax.get_window_extent(renderer) for ax in fig.axes]
+    for title, ax_box in zip(boxes, images):  # each title sits above its own image, inside the figure
+        assert title.y0 >= ax_box.y1 - 1 and title.x0 >= 0 and title.x1 <= fig.bbox.x1
 
 
 def test_cbam_maps_are_gates():

@@ -19,9 +19,10 @@ them on the image.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -35,7 +36,10 @@ from vision_attn.layers.swin_block import SwinBlock
 from vision_attn.models.yolo.area_attention import AAttn
 from vision_attn.models.yolo.psa import Attention as PSAAttention
 
-__all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps",
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps", "maps_figure",
            "swin_window_maps", "vit_maps", "detector_maps"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -204,32 +208,61 @@ def prepare_image(image: np.ndarray, size: int | tuple[int, int], mean: Sequence
     return shown, x[None]
 
 
-def render_maps(image: np.ndarray, maps: AttentionMaps, path: str | os.PathLike, title: str = "",
-                max_panels: int = 8) -> Path:
-    """The image and up to ``max_panels`` maps (evenly spaced when there are more), each upsampled
-    (bilinear), scaled to [0, 1] and overlaid; a PNG."""
-    from matplotlib.figure import Figure
+PANEL_TITLE_CHARS = 22
+"""A panel's title is wrapped at this many characters (on spaces and dots), so that titles of neighbouring
+panels never run into each other."""
 
+
+def _wrap_title(name: str, width: int = PANEL_TITLE_CHARS) -> str:
+    """``layers.0.blocks.0 (56x56, window 7x7)`` -> lines of at most ``width`` characters, broken after
+    a space or a dot (a single longer word is cut)."""
+    lines, line = [], ""
+    for piece in re.findall(r"[^ .]+[ .]?|[ .]", name):
+        if len(line) + len(piece.rstrip()) > width and line:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece.rstrip()) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def maps_figure(image: np.ndarray, maps: AttentionMaps, title: str = "", max_panels: int = 8) -> "Figure":
+    """The image and up to ``max_panels`` maps (evenly spaced when there are more), each upsampled
+    (bilinear), scaled to [0, 1] and overlaid; panel titles wrapped (:data:`PANEL_TITLE_CHARS`) and
+    the layout constrained, so no two titles overlap."""
+    from matplotlib.figure import Figure
 
     items = list(maps.maps.items())
     if len(items) > max_panels:  # evenly spaced, first and last included: shallow to deep
         items = [items[round(i * (len(items) - 1) / max(max_panels - 1, 1))] for i in range(max_panels)]
+    titles = [_wrap_title(name) for name, _ in items]
+    lines = max([t.count("\n") + 1 for t in titles] + [1])
     cols = min(len(items) + 1, 5)
     rows = -(-(len(items) + 1) // cols)
-    fig = Figure(figsize=(2.4 * cols, 2.5 * rows))
+    fig = Figure(figsize=(2.4 * cols, (2.4 + 0.16 * lines) * rows + (0.3 if title else 0.0)), layout="constrained")
     ax = fig.add_subplot(rows, cols, 1)
     ax.imshow(image)
-    ax.set_title("input", fontsize=9)
+    ax.set_title("input", fontsize=8)
     ax.axis("off")
     h, w = image.shape[:2]
-    for i, (name, m) in enumerate(items, start=2):
+    for i, ((name, m), text) in enumerate(zip(items, titles), start=2):
         up = F.interpolate(m[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[0, 0]
         up = (up - up.min()) / (up.max() - up.min()).clamp_min(1e-12)
         ax = fig.add_subplot(rows, cols, i)
         ax.imshow(image)
         ax.imshow(up.numpy(), cmap="jet", alpha=0.5)
-        ax.set_title(name, fontsize=8)
+        ax.set_title(text, fontsize=8)
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    return save_figure(fig, path, dpi=72)
+    return fig
+
+
+def render_maps(image: np.ndarray, maps: AttentionMaps, path: str | os.PathLike, title: str = "",
+                max_panels: int = 8) -> Path:
+    """:func:`maps_figure` written to ``path`` as a PNG."""
+    return save_figure(maps_figure(image, maps, title, max_panels), path, dpi=72)

@@ -27,7 +27,7 @@ from vision_attn.models.yolo.reindex import all_rows, check_topology, insert_row
 from vision_attn.models.yolo.remap import insertion_map
 
 __all__ = ["EditResult", "insert_attention_text", "insert_attention_file", "insert_attention_data",
-           "remove_rows_text", "remove_attention_text", "check_builds"]
+           "remove_rows_text", "remove_attention_text", "check_builds", "attention_row_module"]
 
 _ROW = re.compile(r"^(?P<lead>\s*-\s*\[\s*)(?P<from>\[[^\]\[]*\]|-?\d+)(?P<rest>\s*,.*?)(?P<comment>\s*#\s*(?P<num>\d+)(?P<tail>.*))?$")
 
@@ -131,7 +131,7 @@ def _verify(text: str, expected: dict[str, Any]) -> None:
                           "nothing was written")
 
 
-def _block_name(block: str) -> str:
+def attention_row_module(block: str) -> str:
     """An attention module name of the registry (case-insensitive), or a ConfigError with suggestions."""
     names = [k for k, v in MODULES.items() if v.kind == "attention"]
     if block in names:
@@ -164,7 +164,7 @@ def _positions(data: dict[str, Any], block: str, after: str | None, at: Sequence
             present = list(dict.fromkeys(str(rows[k][2]) for k in span if k < len(rows) - 1))
             close = difflib.get_close_matches(str(after), present, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]}? " if close else ""
-            raise ConfigError(f"--after {after!r}: no row of that module in the {section}; {hint}"
+            raise ConfigError(f"--after {after!r}: no row of that module in the {'YAML' if section == 'all' else section}; {hint}"
                               f"candidates: {', '.join(present)}")
     else:
         raise ConfigError("say where: --after MODULE or --at ROW,ROW")
@@ -178,7 +178,7 @@ def insert_attention_data(data: dict[str, Any], block: str, *, after: str | None
     indices of the inserted rows and the old -> new row map. ``data`` is not changed."""
     if not isinstance(data, dict):
         raise ConfigError("the YAML must be a mapping with 'backbone' and 'head' lists")
-    block = _block_name(block)
+    block = attention_row_module(block)
     return _insert_rows(data, block, _positions(data, block, after, at, section), args)
 
 
@@ -200,7 +200,7 @@ def insert_attention_text(text: str, block: str, *, after: str | None = None, at
     """Insert ``[-1, 1, block, args]`` after every row of module ``after`` in ``section`` (backbone,
     head or all), or after the rows ``at``. A position already followed by ``block`` is skipped, so
     running the edit twice inserts once. ``source`` names the text in error messages."""
-    block = _block_name(block)
+    block = attention_row_module(block)
     if section not in ("backbone", "head", "all"):
         raise ConfigError(f"--section {section!r}: use backbone, head or all")
     lines, rows_at, data = _row_lines(text, source)
@@ -265,7 +265,7 @@ def insert_attention_file(src: str | Path, dst: str | Path, block: str, *, after
 def remove_attention_text(text: str, block: str | None = None, source: str = "<yaml text>") -> EditResult:
     """Take out the rows of attention ``block`` (every attention block when None), re-indexing the rest;
     ``index_map`` maps old rows that stay to their new indices."""
-    names = [_block_name(block)] if block is not None else \
+    names = [attention_row_module(block)] if block is not None else \
         [k for k, v in MODULES.items() if v.kind == "attention"]
     data = _load(text, source)
     present = {str(r[2]) for r in all_rows(data)} if isinstance(data, dict) else set()
