@@ -204,14 +204,17 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         (ValueError, TypeError, MisconfigurationException))
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
-    run.check(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    # --ckpt_path into a new folder starts it (a branch of another run); into a run's folder continues it
+    continuing = cfg.resume or (ckpt_path is not None and main_process and run.path.is_dir()
+                                and any(run.path.iterdir()))
+    run.check(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
 
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
-    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    run.prepare(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
         if resumed is not None:
