@@ -1,6 +1,7 @@
 """The pieces of exact resume, each alone: the epoch sampler (against torch's DistributedSampler), items
 augmented by (seed, epoch, index), the CSV log continued with new columns, previous.ckpt, the stop
 signals."""
+import json
 import os
 import signal
 
@@ -99,3 +100,72 @@ def test_first_ctrl_c_asks_to_stop_the_second_stops_at_once():
         finally:
             stop.uninstall()
         assert signal.getsignal(signal.SIGINT) is before
+
+
+def _tiny(tmp_path, **extra):
+    from tests.folders import make_folder
+
+    root = make_folder(tmp_path / "data", n_train=8, n_val=2)  # 24 images: 3 steps an epoch
+    return {"runs_dir": str(tmp_path / "runs"), "name": "tiny",
+            "model": {"name": "vit_tiny_patch16_224", "model_kwargs": {"patch_size": 8, "depth": 1, "embed_dim": 32,
+                                                                       "num_heads": 2}},
+            "data": {"root": str(root), "img_size": 16, "batch_size": 8, "num_workers": 0},
+            "trainer": {"max_epochs": 2, "accelerator": "cpu", "enable_progress_bar": False}, **extra}
+
+
+def test_checkpoints_every_few_minutes_and_at_epoch_starts(tmp_path):
+    from vision_attn.tasks import train_classifier
+
+    def previous_step(result):
+        return torch.load(result.run_dir / "previous.ckpt", weights_only=True)["global_step"]
+
+    plain = train_classifier(_tiny(tmp_path / "a"))  # last.ckpt at the second epoch's start (3) and the end (6)
+    assert previous_step(plain) == 3
+    timed = train_classifier(_tiny(tmp_path / "b", checkpoint={"every_minutes": 1e-9}))  # at every batch
+    assert previous_step(timed) == 5
+    assert json.loads((timed.run_dir / "progress.json").read_text())["step"] == 6
+
+
+@pytest.mark.parametrize("key, value", [("every_n_steps", 0), ("every_minutes", -1.0)])
+def test_bad_checkpoint_intervals_are_config_errors(tmp_path, key, value):
+    from vision_attn.errors import ConfigError
+    from vision_attn.tasks import train_classifier
+
+    with pytest.raises(ConfigError, match=rf"checkpoint\.{key}={value}"):
+        train_classifier(_tiny(tmp_path, checkpoint={key: value}))
+    assert not (tmp_path / "runs" / "tiny").exists()
+
+
+def test_a_requeue_signal_under_slurm_requeues_the_job(tmp_path, monkeypatch):
+    """SIGUSR1 (Lightning's SLURM requeue signal) stops like SIGTERM, then `scontrol requeue JOB`."""
+    from types import SimpleNamespace
+
+    from vision_attn.errors import TrainingStopped
+    from vision_attn.tasks.checkpointer import Checkpointer
+    from vision_attn.tasks.run_folder import RunFolder
+
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'called'}\n")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    checkpointer = Checkpointer(RunFolder(tmp_path / "run"))
+    checkpointer.stop.signum = signal.SIGUSR1
+    trainer = SimpleNamespace(global_step=7, current_epoch=1, is_global_zero=True)
+    with pytest.raises(TrainingStopped, match=r"stopped by SIGUSR1 at step 7 \(epoch 1\).*SLURM job 4242 requeued"):
+        checkpointer._stopped(trainer)
+    assert (tmp_path / "called").read_text().split() == ["requeue", "4242"]
+
+
+def test_resuming_from_a_file_that_is_not_a_training_checkpoint_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from vision_attn.errors import CheckpointError
+    from vision_attn.tasks import train_classifier
+
+    weights = tmp_path / "w.safetensors"
+    save_file({"x": torch.zeros(1)}, weights)
+    with pytest.raises(CheckpointError, match="not a training checkpoint of a run"):
+        train_classifier(_tiny(tmp_path, ckpt_path=str(weights)))
