@@ -32,24 +32,19 @@ def _cls_args(runs, root, name, workers=0):
 CLS_METRICS = ("val_top1", "val_top5", "val_loss", "train_loss", "best_val_top1")
 
 
-@pytest.fixture(scope="module")
-def classification(tmp_path_factory):
-    """A data folder and the uninterrupted reference run (no workers)."""
-    tmp = tmp_path_factory.mktemp("cls")
-    root = make_folder(tmp / "data", n_train=16, n_val=4)
-    run_to_end(_cls_args(tmp / "runs", root, "reference"), tmp)
-    return tmp, root
-
-
 @pytest.mark.parametrize("seed", [0])
-def test_sigkill_twice_and_a_damaged_checkpoint_then_resume_equals_the_uninterrupted_run(classification, seed,
-                                                                                         capsys):
-    tmp, root = classification
+def test_classification_stopped_four_ways_resumes_to_the_uninterrupted_run(tmp_path, seed, capsys):
+    """SIGKILL before the first validation; a truncated last.ckpt (refused, nothing touched) and a resume
+    from previous.ckpt; SIGKILL in the middle of epoch 1; a resume with a loader worker stopped by
+    SIGTERM in the middle of epoch 2 (message, status 75, resumed from that step); the last resume."""
+    root = make_folder(tmp_path / "data", n_train=16, n_val=4)
+    run_to_end(_cls_args(tmp_path / "runs", root, "reference"), tmp_path)
     rng = random.Random(seed)
-    first, second = rng.randint(1, STEPS_PER_EPOCH - 2), rng.randint(STEPS_PER_EPOCH + 1, 2 * STEPS_PER_EPOCH - 1)
-    runs, run = tmp / f"runs{seed}", tmp / f"runs{seed}" / "killed"
-    args = _cls_args(runs, root, "killed")
-    killed = stop_at(args, tmp, run, first, signal.SIGKILL)  # before the first validation
+    first, second = rng.randint(1, STEPS_PER_EPOCH - 2), rng.randint(STEPS_PER_EPOCH + 1, 2 * STEPS_PER_EPOCH - 2)
+    third = rng.randint(2 * STEPS_PER_EPOCH + 1, 3 * STEPS_PER_EPOCH - 2)
+    run = tmp_path / "runs" / "killed"
+    args = _cls_args(tmp_path / "runs", root, "killed")
+    killed = stop_at(args, tmp_path, run, first, signal.SIGKILL)  # before the first validation
     assert killed.returncode == -signal.SIGKILL
     at = progress_step(run)
     assert first <= at < STEPS_PER_EPOCH and not (run / "metrics.json").exists()
@@ -65,33 +60,24 @@ def test_sigkill_twice_and_a_damaged_checkpoint_then_resume_equals_the_uninterru
     assert f"--ckpt_path {run / 'previous.ckpt'}" in err
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
-    killed = stop_at(args + ["--ckpt_path", str(run / "previous.ckpt")], tmp, run, second, signal.SIGKILL)
+    killed = stop_at(args + ["--ckpt_path", str(run / "previous.ckpt")], tmp_path, run, second, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL  # mid-epoch, after a validation
     later = progress_step(run)
-    assert second <= later < 3 * STEPS_PER_EPOCH and later % STEPS_PER_EPOCH
-    run_to_end(args + ["--resume", "true"], tmp)
-    resumes = json.loads((run / "resumes.json").read_text())
-    assert [r["step"] for r in resumes] == [at - 1, later]  # previous.ckpt: the step before last.ckpt's
-    assert_same_run(tmp / "runs" / "reference", run, CLS_METRICS)
+    assert second <= later < 2 * STEPS_PER_EPOCH and later % STEPS_PER_EPOCH
 
-
-def test_sigterm_with_a_loader_worker_writes_the_step_and_resumes_from_it(classification):
-    tmp, root = classification
-    runs, run = tmp / "runs_term", tmp / "runs_term" / "stopped"
-    args = _cls_args(runs, root, "stopped", workers=1)  # the worker's augmentation streams: per item
-    stopped = stop_at(args, tmp, run, STEPS_PER_EPOCH + 2, signal.SIGTERM)
+    worker = _cls_args(tmp_path / "runs", root, "killed", workers=1)  # the worker's augmentation: per item
+    stopped = stop_at(worker + ["--resume", "true"], tmp_path, run, third, signal.SIGTERM)
     assert stopped.returncode == 75, stopped.stderr[-2000:]
-    line = stopped.stderr.strip().splitlines()[-1]
-    m = STOP_LINE.fullmatch(line)
-    assert m, line
+    m = STOP_LINE.fullmatch(stopped.stderr.strip().splitlines()[-1])
+    assert m, stopped.stderr[-2000:]
     step = int(m.group(1))
-    assert m.group(3) == str(run / "last.ckpt") and progress_step(run) == step
-    assert step % STEPS_PER_EPOCH and not (run / "metrics.json").exists()
-    resumed = run_to_end(args + ["--resume", "true"], tmp)
-    assert f"at step {step} (epoch 1)" in " ".join(resumed.stdout.split())  # the progress line
-    m = json.loads((run / "metrics.json").read_text())
-    assert [r["step"] for r in m["resumes"]] == [step]
-    assert_same_run(tmp / "runs" / "reference", run, CLS_METRICS)
+    assert m.group(3) == str(run / "last.ckpt") and progress_step(run) == step and step % STEPS_PER_EPOCH
+
+    resumed = run_to_end(args + ["--resume", "true"], tmp_path)
+    assert f"at step {step} (epoch {m.group(2)})" in " ".join(resumed.stdout.split())  # the progress line
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [r["step"] for r in metrics["resumes"]] == [at - 1, later, step]  # previous.ckpt: the step before
+    assert_same_run(tmp_path / "runs" / "reference", run, CLS_METRICS)
 
 
 TINY_DET = """\
