@@ -6,6 +6,13 @@ rest: building the data and module, the metric checkpoints follow, and the end-o
 task's ``fit.py``). Under DDP Lightning starts the other processes by
 running the same command line again; they find the run folder the first process prepared, train their
 share, and leave the writing of files to it.
+
+Resume is exact (docs/training.md, "Resume"): the checkpoint to continue from is read and checked
+before anything is written (:func:`read_resume_checkpoint`), ``last.ckpt`` is written at batch starts
+by :class:`~vision_attn.tasks.checkpointer.Checkpointer`, which also honours stop signals,
+:class:`~vision_attn.tasks.resume_state.ResumeState` carries the random streams and epoch sums, the
+data modules the loader position (:mod:`vision_attn.tasks.data_module`), and the logs continue
+(:mod:`vision_attn.tasks.logs`); each resume is recorded in ``resumes.json``.
 """
 from __future__ import annotations
 
