@@ -5,6 +5,7 @@ Every subcommand is one file in :mod:`vision_attn.commands`, named after it (``m
 ``benchmark``, ``compare``, ``attn-map``, ``export``): argument parsing and printing only, every command
 a call into the public API. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
+Training stopped by a signal after writing its checkpoint prints where it is and exits with 75.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rich.console import Console
 
 import vision_attn
 from vision_attn.commands import CONVENTIONS_LINE, register_all
-from vision_attn.errors import VisionAttnError
+from vision_attn.errors import TrainingStopped, VisionAttnError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(highlight=False)
     try:
         return args.func(args, console)
+    except TrainingStopped as e:  # a checkpoint was written: not an error, a pause
+        print(" ".join(str(e).split()), file=sys.stderr)
+        return e.exit_status
     except VisionAttnError as e:
         if args.debug:
             raise

@@ -5,7 +5,7 @@ The command line prints the message on one line and exits with status 2.
 """
 from __future__ import annotations
 
-__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "ExportError"]
+__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "TrainingStopped", "ExportError"]
 
 
 class VisionAttnError(Exception):
@@ -26,6 +26,13 @@ class CheckpointError(VisionAttnError, RuntimeError):
 
 class TrainingError(VisionAttnError, RuntimeError):
     """Training cannot go on: a loss that is NaN or infinite, a run folder in the way of a new run."""
+
+
+class TrainingStopped(TrainingError):
+    """Training stopped on a signal (SIGTERM, Ctrl-C, a requeue signal) after writing a checkpoint of
+    the step it reached; the command line prints the message and exits with ``exit_status`` (75)."""
+
+    exit_status = 75
 
 
 class ExportError(VisionAttnError, RuntimeError):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import re
+import signal
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from vision_attn.data.sampler import EpochItems, EpochSampler
 from vision_attn.errors import ConfigError, VisionAttnError
 
 __all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_args"]
@@ -16,9 +18,16 @@ __all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_ar
 _WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
 def seed_worker(worker_id: int) -> None:
     """``worker_init_fn``: seed Python, NumPy and the dataset's albumentations pipeline from the seed
-    torch gave this worker (different per worker and per epoch, reproducible under a global seed)."""
+    torch gave this worker (different per worker and per epoch, reproducible under a global seed), and
+    ignore the signals that ask training to stop (a cluster sends them to every process, Ctrl-C to the
+    whole terminal group): the training process writes its checkpoint, then ends its workers."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
     seed = torch.initial_seed() % 2**32
     random.seed(seed)
     np.random.seed(seed)
@@ -54,16 +63,23 @@ def check_loader_args(batch_size: int, eval_batch_size: int | None, num_workers:
 
 def make_loader(dataset: Any, batch_size: int, *, train: bool, num_workers: int, persistent_workers: bool,
                 pin_memory: bool | None, drop_last: bool, seed: int,
-                collate_fn: Callable[[list], Any] | None = None) -> torch.utils.data.DataLoader:
-    """A DataLoader with seeded (:func:`seed_worker`), optionally persistent workers; training loaders
-    shuffle with a generator seeded by ``seed`` and may drop the last batch; ``pin_memory`` None: when
-    CUDA is available."""
+                collate_fn: Callable[[list], Any] | None = None, num_replicas: int = 1,
+                rank: int = 0) -> torch.utils.data.DataLoader:
+    """A DataLoader over this process's share (``rank`` of ``num_replicas``) of ``dataset`` in an
+    :class:`~vision_attn.data.sampler.EpochSampler` order: training loaders shuffle by (``seed``, epoch),
+    augment each item as a function of (``seed``, epoch, index) (:class:`~vision_attn.data.sampler.EpochItems`)
+    and may drop the last batch. Workers are seeded (:func:`seed_worker`), optionally persistent; the
+    loader's own generator gives them their base seed, so loading never draws from the global random
+    streams. ``pin_memory`` None: when CUDA is available."""
     pin = torch.cuda.is_available() if pin_memory is None else pin_memory
     generator = torch.Generator()
     generator.manual_seed(seed)
+    sampler = EpochSampler(len(dataset), shuffle=train, seed=seed, num_replicas=num_replicas, rank=rank,
+                           with_epoch=train)
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=train, drop_last=train and drop_last,
+        EpochItems(dataset, seed) if train else dataset, batch_size=batch_size, sampler=sampler,
+        drop_last=train and drop_last,
         num_workers=num_workers, persistent_workers=persistent_workers and num_workers > 0, pin_memory=pin,
-        worker_init_fn=seed_worker if num_workers > 0 else None, generator=generator if train else None,
+        worker_init_fn=seed_worker if num_workers > 0 else None, generator=generator,
         collate_fn=collate_fn, prefetch_factor=4 if num_workers > 0 else None,
     )

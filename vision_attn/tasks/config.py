@@ -3,7 +3,8 @@
 Sections follow LightningCLI: ``model`` (:class:`ClassificationModule`'s or :class:`DetectionModule`'s
 arguments), ``data`` (:class:`ClassificationDataModule`'s or :class:`DetectionDataModule`'s), ``trainer`` (``pytorch_lightning.Trainer``'s, passed through:
 ``devices``, ``strategy``, ``num_nodes``, ``precision``, ``gradient_clip_val``, ...), and top-level
-``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``. A key that is not known
+``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``, and ``checkpoint``
+(``every_n_steps``, ``every_minutes``: periodic mid-epoch checkpoints). A key that is not known
 is a :class:`ConfigError` naming the closest known key; so is a value of the wrong type.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ from vision_attn.tasks.task import Task
 __all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_config", "to_dict", "PRINT_CONFIG_FLAGS"]
 
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
-TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins"}
+TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins",
+                "use_distributed_sampler"}  # the data modules split the data between processes themselves
 TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_steps": 10,
                     "enable_model_summary": False}
 
@@ -73,6 +75,11 @@ def build_train_parser(task: Task):
     parser.add_argument("--ckpt_path", type=str | None, default=None,
                         help="continue from this checkpoint instead (a .ckpt of a run)")
     parser.add_argument("--overwrite", type=bool, default=False, help="replace an existing run folder NAME")
+    parser.add_argument("--checkpoint.every_n_steps", type=int | None, default=None,
+                        help="also write last.ckpt every N optimizer steps (it is written at each epoch's start, "
+                             "on SIGTERM/Ctrl-C and at the end anyway); a resume continues with the next batch")
+    parser.add_argument("--checkpoint.every_minutes", type=float | None, default=None,
+                        help="also write last.ckpt every M minutes of training")
     parser.add_argument("--threads", type=int | None, default=None,
                         help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
                              "plus a data worker can beat 2 threads")

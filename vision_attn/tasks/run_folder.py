@@ -3,7 +3,9 @@
 Layout: ``config.yaml`` (the full configuration), ``best.ckpt`` and ``last.ckpt`` (Lightning
 checkpoints with optimizer, scheduler and EMA state), ``model.safetensors`` (the final evaluation
 weights, loadable by ``create_model(name, pretrained=...)``), ``metrics.json``, ``csv/metrics.csv``,
-``tensorboard/`` (event files), ``loss.png``, ``accuracy.png``, ``confusion.png``.
+``tensorboard/`` (event files), ``loss.png``, ``accuracy.png``, ``confusion.png``; ``previous.ckpt`` (the
+``last.ckpt`` before the latest), ``progress.json`` (step and epoch of ``last.ckpt``) and ``resumes.json``
+(each resume: the checkpoint and the step it continued from).
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ class RunFolder:
     config = property(lambda self: self.path / "config.yaml")
     best = property(lambda self: self.path / "best.ckpt")
     last = property(lambda self: self.path / "last.ckpt")
+    previous = property(lambda self: self.path / "previous.ckpt")
+    progress = property(lambda self: self.path / "progress.json")
+    resumes = property(lambda self: self.path / "resumes.json")
     weights = property(lambda self: self.path / "model.safetensors")
     metrics = property(lambda self: self.path / "metrics.json")
     csv = property(lambda self: self.path / "csv" / "metrics.csv")
@@ -37,8 +42,9 @@ class RunFolder:
         Other processes of a multi-process run find the folder their main process made."""
         if resume:
             if not self.last.is_file():
-                raise TrainingError(f"{self.path}: no last.ckpt to resume from; start the run without --resume "
-                                    f"(or give --ckpt_path PATH)")
+                other = (f"resume from the previous checkpoint with --ckpt_path {self.previous}"
+                         if self.previous.is_file() else "start the run without --resume (or give --ckpt_path PATH)")
+                raise TrainingError(f"{self.path}: no last.ckpt to resume from; {other}")
             return
         if main_process and self.path.exists() and any(self.path.iterdir()):
             if not overwrite:

@@ -6,9 +6,17 @@ rest: building the data and module, the metric checkpoints follow, and the end-o
 task's ``fit.py``). Under DDP Lightning starts the other processes by
 running the same command line again; they find the run folder the first process prepared, train their
 share, and leave the writing of files to it.
+
+Resume is exact (docs/training.md, "Resume"): the checkpoint to continue from is read and checked
+before anything is written (:func:`read_resume_checkpoint`), ``last.ckpt`` is written at batch starts
+by :class:`~vision_attn.tasks.checkpointer.Checkpointer`, which also honours stop signals,
+:class:`~vision_attn.tasks.resume_state.ResumeState` carries the random streams and epoch sums, the
+data modules the loader position (:mod:`vision_attn.tasks.data_module`), and the logs continue
+(:mod:`vision_attn.tasks.logs`); each resume is recorded in ``resumes.json``.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -23,10 +31,14 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from vision_attn.data import unwrap_worker_error
-from vision_attn.errors import ConfigError, TrainingError, VisionAttnError
-from vision_attn.io.atomic import save_torch, write_text
+from vision_attn.errors import CheckpointError, ConfigError, TrainingError, VisionAttnError
+from vision_attn.io.atomic import save_torch, write_json, write_text
+from vision_attn.io.state_dict import read_checkpoint
 from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
+from vision_attn.tasks.checkpointer import Checkpointer
 from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
+from vision_attn.tasks.logs import run_loggers
+from vision_attn.tasks.resume_state import ResumeState
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.task import Echo, Task
 
@@ -57,25 +69,80 @@ def _quiet_lightning() -> None:
                     r".*Experiment logs directory .* exists and is not empty.*",
                     r".*Checkpoint directory .* exists and is not empty.*",
                     r".*could not find the monitored key in the returned metrics.*",  # no validation yet: handled
+                    r".*your dataloader is not resumable.*",  # the data module keeps the position (data_module.py)
                     r".*is an invalid version and will not be supported.*",
                     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
-def _callbacks(run: RunFolder, progress_bar: bool, task: Task) -> list:
+def _callbacks(run: RunFolder, progress_bar: bool, task: Task, checkpoint: Mapping[str, Any]) -> list:
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 
     best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.monitor, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
-    # last.ckpt after every epoch: Lightning's save_last only writes it when best.ckpt improved
-    last = ModelCheckpoint(dirpath=run.path, filename="last", monitor=None, save_top_k=1, save_on_train_epoch_end=True,
-                           auto_insert_metric_name=False, enable_version_counter=False)
-    out: list = [best, last]
+    # ResumeState first: at a resumed run's first batch it restores the state the Checkpointer saves
+    out: list = [ResumeState(), Checkpointer(run, every_n_steps=checkpoint.get("every_n_steps"),
+                                             every_minutes=checkpoint.get("every_minutes")), best]
     if task.lr_monitor:
-        out.append(LearningRateMonitor(logging_interval="epoch"))
+        # at logged steps, after the Checkpointer: nothing is logged between a checkpoint and its batch
+        out.append(LearningRateMonitor(logging_interval="step"))
     if progress_bar:
         out.append(RichProgressBar(leave=True))
     return out
+
+
+def _checkpoint_options(cfg) -> dict[str, Any]:
+    options = dict(to_dict(cfg).get("checkpoint") or {})
+    n, minutes = options.get("every_n_steps"), options.get("every_minutes")
+    if n is not None and n < 1:
+        raise ConfigError(f"config key checkpoint.every_n_steps={n}: give 1 or more (or null)")
+    if minutes is not None and not minutes > 0:
+        raise ConfigError(f"config key checkpoint.every_minutes={minutes}: give a positive number (or null)")
+    return options
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The checkpoint a run continues from, read and checked before anything is written."""
+
+    path: Path
+    checkpoint: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.checkpoint["global_step"])
+
+    @property
+    def epoch(self) -> int:
+        return int(self.checkpoint.get("epoch", 0))
+
+
+def read_resume_checkpoint(path: str | os.PathLike, run: RunFolder) -> Resumed:
+    """The training checkpoint at ``path``; a damaged or foreign file is a CheckpointError naming it
+    (and, for the run's ``last.ckpt``, how to resume from ``previous.ckpt``)."""
+    file = Path(path)
+    fallback = (f"; to resume from the checkpoint before it: --ckpt_path {run.previous}"
+                if file.absolute() == run.last.absolute() and run.previous.is_file() else "")
+    try:
+        ckpt = read_checkpoint(file)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}{fallback}") from None
+    if not isinstance(ckpt, dict) or not {"state_dict", "loops", "global_step"} <= set(ckpt):
+        raise CheckpointError(f"{file}: not a training checkpoint of a run (no loops, state_dict and global_step)"
+                              f"{fallback}")
+    return Resumed(file, ckpt)
+
+
+def _record_resume(run: RunFolder, resumed: Resumed) -> list[dict[str, Any]]:
+    """Add this resume to ``resumes.json``; return the list."""
+    try:
+        history = json.loads(run.resumes.read_text()) if run.resumes.is_file() else []
+    except (OSError, ValueError):
+        history = []
+    history.append({"checkpoint": str(resumed.path), "step": resumed.step, "epoch": resumed.epoch,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    write_json(run.resumes, history)
+    return history
 
 
 def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
@@ -117,40 +184,50 @@ def _rejected_as_config_error(section: str, make: Callable[[], T], keys: Sequenc
 
 def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     import pytorch_lightning as pl
-    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
     run = RunFolder(Path(cfg.runs_dir) / cfg.name)
     ckpt_path = cfg.ckpt_path
+    main_process = _global_rank() == 0
     if ckpt_path is None and cfg.resume:
+        run.check(resume=True, overwrite=False, main_process=main_process)
         ckpt_path = str(run.last)
     if ckpt_path is not None and not Path(ckpt_path).is_file():
         raise TrainingError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
+    checkpoint_options = _checkpoint_options(cfg)
+    # read (and check) the checkpoint before anything is written: a failed resume overwrites nothing
+    resumed = read_resume_checkpoint(ckpt_path, run) if ckpt_path is not None else None
     trainer_cfg = dict(to_dict(cfg)["trainer"])
     accumulate = trainer_cfg.get("accumulate_grad_batches")
     if isinstance(accumulate, int) and accumulate < 1:  # Lightning divides by it unchecked
         raise ConfigError(f"config key trainer.accumulate_grad_batches={accumulate}: give 1 or more")
     progress = trainer_cfg.pop("enable_progress_bar", None) is not False
-    loggers = [CSVLogger(run.path, name="csv", version=""),
-               TensorBoardLogger(run.path, name="tensorboard", version="", default_hp_metric=False)]
+    loggers = run_loggers(run.path, resume_step=resumed.step if resumed is not None else None)
+    checkpoint_io = AtomicCheckpointIO(keep_previous={run.last: run.previous},
+                                       preloaded=(resumed.path, resumed.checkpoint) if resumed is not None else None)
     trainer = _rejected_as_config_error("trainer", lambda: pl.Trainer(  # before the run folder is touched
-        **trainer_cfg, callbacks=_callbacks(run, progress, task), logger=loggers, default_root_dir=run.path,
-        enable_progress_bar=progress, plugins=[AtomicCheckpointIO()]), list(trainer_cfg),
+        **trainer_cfg, callbacks=_callbacks(run, progress, task, checkpoint_options), logger=loggers,
+        default_root_dir=run.path, enable_progress_bar=progress, plugins=[checkpoint_io],
+        use_distributed_sampler=False), list(trainer_cfg),
         (ValueError, TypeError, MisconfigurationException))
-    main_process = _global_rank() == 0
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
-    run.check(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    # --ckpt_path into a new folder starts it (a branch of another run); into a run's folder continues it
+    continuing = cfg.resume or (ckpt_path is not None and main_process and run.path.is_dir()
+                                and any(run.path.iterdir()))
+    run.check(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
 
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
-    run.prepare(resume=cfg.resume or ckpt_path is not None, overwrite=cfg.overwrite, main_process=main_process)
+    run.prepare(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
-    if ckpt_path is not None:
-        say(f"resuming from {ckpt_path}")
+        if resumed is not None:
+            _record_resume(run, resumed)
+    if resumed is not None:
+        say(f"resuming from {ckpt_path} at step {resumed.step} (epoch {resumed.epoch})")
     fit_start = time.perf_counter()
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -200,11 +277,13 @@ def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, 
         "wall_time_s": round(time.perf_counter() - start, 2),
         "fit_time_s": round(fit_seconds, 2),
         "resumed_from": ckpt_path,
+        "resumes": json.loads(run.resumes.read_text()) if run.resumes.is_file() else [],
         "ema": ema,
         "precision": str(trainer.precision),
         "devices": trainer.num_devices,
         "world_size": trainer.world_size,
-        "files": {"best": run.best.name, "last": run.last.name, "weights": run.weights.name,
+        "files": {"best": run.best.name, "last": run.last.name, "previous": run.previous.name,
+                  "progress": run.progress.name, "resumes": run.resumes.name, "weights": run.weights.name,
                   "config": run.config.name, "csv": "csv/metrics.csv", "tensorboard": "tensorboard/"},
         "torch": torch.__version__,
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from vision_attn.data import (
@@ -23,13 +22,14 @@ from vision_attn.data import (
     materialise,
     train_transforms,
 )
-from vision_attn.data.loader import check_loader_args, make_loader
+from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError
+from vision_attn.tasks.data_module import ResumableDataModule
 
 __all__ = ["ClassificationDataModule"]
 
 
-class ClassificationDataModule(pl.LightningDataModule):
+class ClassificationDataModule(ResumableDataModule):
     """Image folders for classification.
 
     Args:
@@ -137,17 +137,11 @@ class ClassificationDataModule(pl.LightningDataModule):
                                interpolation=hp.interpolation)
 
     # ---------------------------------------------------------------- loaders
-    def _loader(self, dataset: ImageFolder, batch_size: int, train: bool) -> DataLoader:
-        hp = self.hparams
-        return make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
-                           persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory, drop_last=hp.drop_last,
-                           seed=hp.seed)
-
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"
-        return self._loader(self.train_set, self.hparams.batch_size, train=True)
+        return self.loader(self.train_set, self.hparams.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None, "call setup() first"
-        return self._loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
+        return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
 

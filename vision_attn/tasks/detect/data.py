@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, collate_detection, open_detection
-from vision_attn.data.loader import check_loader_args, make_loader
+from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.tasks.data_module import ResumableDataModule
 
 __all__ = ["DetectionDataModule"]
 
 
-class DetectionDataModule(pl.LightningDataModule):
+class DetectionDataModule(ResumableDataModule):
     """Detection data for training and validation.
 
     Args:
@@ -120,17 +120,26 @@ class DetectionDataModule(pl.LightningDataModule):
         if stage in (None, "fit", "validate") and len(self.val_set) == 0:
             raise ConfigError(f"{hp.data}: no validation images")
 
-    # ---------------------------------------------------------------- loaders
-    def _loader(self, dataset: Any, batch_size: int, train: bool) -> DataLoader:
-        hp = self.hparams
-        return make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
-                           persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory, drop_last=hp.drop_last,
-                           seed=hp.seed, collate_fn=collate_detection)
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position and whether the mosaic has been closed (what a resumed run restores
+        before its first batch, so that loader workers already see it)."""
+        state = super().state_dict()
+        if self.train_set is not None:
+            state["mosaic"] = self.train_set.transform.mosaic
+        return state
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        if "mosaic" in state_dict:
+            self.scan().train_set.transform.mosaic = float(state_dict["mosaic"])
+
+    # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
         self.scan()
-        return self._loader(self.train_set, self.hparams.batch_size, train=True)
+        return self.loader(self.train_set, self.hparams.batch_size, train=True, collate_fn=collate_detection)
 
     def val_dataloader(self) -> DataLoader:
         self.scan()
-        return self._loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
+        return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False,
+                           collate_fn=collate_detection)
