@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -107,23 +108,27 @@ def _hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _config_path(config: str) -> tuple[Path, str]:
-    """The training config's file and task (``cls``/``det``: a shipped config's folder, else its keys)."""
+def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
+    """The training config's file, task (``cls``/``det``: a shipped config's folder, else its keys) and
+    contents."""
     path = Path(config).expanduser()
+    task = None
     if not path.is_file():
-        for task in ("cls", "det"):
-            shipped = find_shipped(config, (task,))  # type: ignore[arg-type]
+        for kind in ("cls", "det"):
+            shipped = find_shipped(config, (kind,))  # type: ignore[arg-type]
             if shipped is not None:
-                return shipped.resolve(), task
-        raise ConfigError(f"--config {config}: no such file, and no shipped training config of that name; "
-                          f"`vision-attn configs` lists them")
+                path, task = shipped, kind
+                break
+        else:
+            raise ConfigError(f"--config {config}: no such file, and no shipped training config of that name; "
+                              f"`vision-attn configs` lists them")
     data = read_yaml(path, CONFIG_LIMITS, what="training config")
     model = data.get("model") if isinstance(data, dict) else None
-    if isinstance(model, dict) and "yaml" in model:
-        return path.resolve(), "det"
-    if isinstance(model, dict) and "name" in model:
-        return path.resolve(), "cls"
-    raise ConfigError(f"{path}: not a training config (no model.name of a classifier, no model.yaml of a detector)")
+    if task is None and isinstance(model, dict):
+        task = "det" if "yaml" in model else "cls" if "name" in model else None
+    if task is None or not isinstance(model, dict):
+        raise ConfigError(f"{path}: not a training config (no model.name of a classifier, no model.yaml of a detector)")
+    return path.resolve(), task, data
 
 
 def _blocks(blocks: Sequence[str], task: str) -> list[str]:
@@ -207,7 +212,7 @@ def _classifier_variants(cfg: dict[str, Any], blocks: list[str], sites: str,
                           f"give a module name pattern (--sites 'blocks.*') or --after")
     variants: dict[str, list[str]] = {"none": ["--model.attention", "none"]}
     for block in blocks[1:]:
-        spec = block if where is None else "{block: %s, after: '%s'}" % (block, where)
+        spec = block if where is None else json.dumps({"block": block, "after": where})  # JSON is YAML
         variants[block.lower()] = ["--model.attention", spec]
     return variants, where
 
@@ -234,7 +239,7 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
         raise ConfigError(f"--seeds {seeds}: give at least 1 (3 or more for a confidence interval worth reading)")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: give at least 1")
-    path, task = _config_path(config)
+    path, task, cfg = _read_config(config)
     blocks = _blocks(blocks, task)
     name = name or f"ablate_{path.stem}"
     folder = Path(runs_dir) / name
@@ -252,7 +257,6 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
         return old
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError(f"{folder} exists and is not an ablation folder; give another --name or --runs_dir")
-    cfg = read_yaml(path, CONFIG_LIMITS, what="training config")
     created = not folder.exists()
     try:
         if task == "det":

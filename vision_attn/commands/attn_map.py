@@ -36,12 +36,6 @@ def read_image(spec: str):
                         "file") from None
 
 
-def _run_name(checkpoint: str) -> str:
-    """``run NAME``: the run folder's name (a folder, or the folder of its ``best.ckpt``)."""
-    path = os.path.normpath(checkpoint)
-    return "run " + os.path.basename(path if os.path.isdir(path) else os.path.dirname(path) or path)
-
-
 def _detector(args: argparse.Namespace):
     """(model, label, image size) for a detector YAML (``--model FILE.yaml``, random weights) or a
     detection run's checkpoint; None for the other targets."""
@@ -57,7 +51,7 @@ def _detector(args: argparse.Namespace):
         ckpt, _ = read_run_checkpoint(args.checkpoint)
         if task_of(ckpt) == "det":
             run = load_detector(args.checkpoint)
-            return run.model, f"detector ({_run_name(args.checkpoint)}, trained)", args.img_size or run.img_size
+            return run.model, f"detector (run {run.path.parent.name}, trained)", args.img_size or run.img_size
     return None
 
 
@@ -75,7 +69,7 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
         from vision_attn.tasks import load_classifier
 
         clf = load_classifier(args.checkpoint)
-        model, label = clf.model, f"{clf.hparams['name']} ({_run_name(args.checkpoint)}, trained)"
+        model, label = clf.model, f"{clf.hparams['name']} (run {clf.path.parent.name}, trained)"
         size = args.img_size or clf.data_hparams.get("img_size") or clf.hparams.get("img_size") or 224
         mean, std = clf.data_hparams.get("mean"), clf.data_hparams.get("std")
     else:
