@@ -114,6 +114,9 @@ def test_detector_variants_are_edited_yamls_and_commands_for_a_queue(tmp_path, c
     again = make_plan("demo_digit_boxes", ["none", "SE", "CBAM", "ECA"], seeds=3, name="det", runs_dir=tmp_path)
     assert again.variants == plan.variants and (tmp_path / "det" / "ablation_plan.json").read_bytes() == before
     assert print_commands(again) == lines
+    # a YAML that already has attention rows: they are not where the blocks go by default
+    with_cbam = make_plan("demo_digit_boxes_cbam", ["SE"], seeds=1, name="cbam", runs_dir=tmp_path)
+    assert with_cbam.where == "C2f"
 
 
 @pytest.mark.parametrize("args,message", [

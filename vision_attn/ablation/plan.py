@@ -33,6 +33,7 @@ from vision_attn.layers.plugins.registry import ATTENTION_BLOCKS, attention_fact
 from vision_attn.models import create_model
 from vision_attn.models.insertion import default_attention_sites, select_modules
 from vision_attn.models.yolo.editor import insert_attention_file, attention_row_module
+from vision_attn.models.yolo.modules import MODULES
 
 __all__ = ["AblationPlan", "RunSpec", "SITES", "PLAN_FILE", "make_plan", "read_plan"]
 
@@ -41,7 +42,8 @@ SITES = ("backbone", "neck", "all")
 """Named sites; anything else is a row pattern: row indices (``4,6``) or a module name (``C2f``) for a
 detector, a module name glob (``layer*.0``) or type for a classifier."""
 _SECTION = {"backbone": "backbone", "neck": "head", "all": "all"}  # ultralytics YAMLs keep the neck in `head`
-_STRUCTURAL = {"Conv", "Concat", "nn.Upsample", "Upsample", "SPPF", "SPP", "Detect", "v10Detect", "DWConv"}
+_NOT_A_STAGE = {"Conv", "DWConv", "GhostConv", "nn.ConvTranspose2d", "SPP", "SPPF", "SPPELAN", "ADown", "AConv", "SCDown"}
+"""Convolution rows that are single layers, pooling or downsampling, not the stage blocks attention follows."""
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,16 @@ def _blocks(blocks: Sequence[str], task: str) -> list[str]:
     return out
 
 
+def _is_stage(module: str) -> bool:
+    """A stage block of convolutions (by the registry's kind: no attention, head, concat or upsample row)."""
+    spec = MODULES.get(module)
+    return spec is not None and spec.kind == "conv" and module not in _NOT_A_STAGE
+
+
 def _default_after(rows: list[list[Any]], section: str, n_backbone: int) -> str:
     """The module the YAML repeats most in ``section`` (C2f in YOLOv8, C3k2 in YOLO11): where attention goes."""
     span = {"backbone": rows[:n_backbone], "head": rows[n_backbone:], "all": rows}[section]
-    counts = collections.Counter(str(r[2]) for r in span[:-1] if str(r[2]) not in _STRUCTURAL)
+    counts = collections.Counter(m for m in (str(r[2]) for r in span[:-1]) if _is_stage(m))
     if not counts:
         raise ConfigError(f"no row in the {section} to put attention after; give --after MODULE or --sites ROW,ROW")
     return counts.most_common(1)[0][0]
