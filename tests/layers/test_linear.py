@@ -249,6 +249,26 @@ def test_self_check_chooses_the_faster_kernel_and_never_a_wrong_one(monkeypatch)
 
 
 @needs_onednn
+def test_self_checks_first_run_under_bf16_autocast_still_measure_the_kernels_themselves():
+    # a model's first call is often under autocast (a bf16 benchmark, bf16-mixed training): the checks
+    # must not compare a bf16 F.linear with oneDNN's fp32 result and turn the fast path off for good
+    linear_module._onednn_works.cache_clear()
+    try:
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            assert _onednn_works()
+            plan = measure_kernels(torch.float32, shape=(16, 24, 40), rounds=1)
+        fc, x = nn.Linear(24, 40), torch.randn(3, 24)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.profiler.profile() as prof:
+                fc_out = linear(x, fc)
+        assert "mkldnn::_linear_pointwise" in {e.name for e in prof.events()}
+        assert fc_out.dtype == torch.bfloat16
+    finally:
+        linear_module._onednn_works.cache_clear()
+    assert all(set(plan.seconds[p]) == {"aten", "onednn"} for p in linear_module.KERNELS)  # every pair agreed
+
+
+@needs_onednn
 def test_training_kernels_are_measured_once_per_dtype_and_thread_count():
     plan = training_kernels(torch.float32)
     assert training_kernels(torch.float32) is plan

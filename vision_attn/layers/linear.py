@@ -69,14 +69,23 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, at
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
 
 
+@contextlib.contextmanager
+def _checking() -> Any:
+    """Where the self-checks run: no autograd, no autocast, no active dispatch mode (whatever context
+    the first call that triggers them is in, they measure the kernels themselves)."""
+    with torch.no_grad(), torch.autocast("cpu", enabled=False), _disable_current_modes():
+        yield
+
+
 @functools.cache
 def _onednn_works() -> bool:
     """The op exists on this build and machine (x86-64, where it was measured) and agrees with F.linear."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     try:
-        # outside any active dispatch mode (a FLOP counter, say): the check is not the user's work
-        with torch.no_grad(), _disable_current_modes():
+        # outside any active dispatch mode (a FLOP counter, say) and autocast (the first call may be
+        # under bf16 autocast, which would compare a bf16 F.linear with fp32): the check is not the user's work
+        with _checking():
             gen = torch.Generator().manual_seed(0)  # not the global stream: a training run's draws stay as they were
             x, w, b = (torch.randn(*s, generator=gen) for s in ((3, 5, 8), (4, 8), (4,)))
             return torch.allclose(_onednn(x, w, b, "gelu", "none"), F.gelu(F.linear(x, w, b)), atol=1e-5)
@@ -143,7 +152,7 @@ def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, i
     b = torch.randn(N, generator=gen).to(dtype)
     operands = {"forward": (x, w, b), "input_grad": (g, w), "weight_grad": (g, x)}
     choice, seconds = {}, {}
-    with torch.no_grad(), _disable_current_modes():
+    with _checking():
         for product, args in operands.items():
             kernels = KERNELS[product]
             if not _agrees(kernels["onednn"](*args), kernels["aten"](*args)):
