@@ -93,6 +93,44 @@ def test_tiny_classifier_ablation_through_the_cli_report_and_resume_after_a_kill
     assert main(["ablate", "--collect", str(folder), "--no-latency"]) == 0
 
 
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:  # a process that ended meanwhile
+            pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="lists processes through /proc")
+def test_sigterm_to_the_ablation_alone_stops_its_trainings_with_checkpoints_and_exits_75(tmp_path):
+    common = ["--config", "cnn_cbam_digits", "--blocks", "none,SE", "--seeds", "1", "--epochs", "3", "--jobs", "2",
+              "--runs_dir", str(tmp_path), "--name", "abl", "--no-latency", "--",
+              *TINY[:1], "20", *TINY[2:]]
+    folder = tmp_path / "abl"
+    first = _ablate(*common)
+    deadline = time.monotonic() + 300
+    while not all((folder / run / "last.ckpt").is_file() for run in ("none-s0", "se-s0")):
+        assert first.poll() is None, first.stdout.read()
+        assert time.monotonic() < deadline, "the runs wrote no checkpoint"
+        time.sleep(0.1)
+    os.kill(first.pid, signal.SIGTERM)  # to the ablation's process only, as `kill PID` or a scheduler sends it
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 75, out
+    assert "stopped by SIGTERM" in out and "run the same command again" in out
+    assert _processes_mentioning(str(tmp_path)) == []  # no training left running on its own
+    for run in ("none-s0", "se-s0"):
+        assert not (folder / run / "metrics.json").exists()
+        assert "stopped by SIGTERM at step" in (folder / "logs" / f"{run}.log").read_text()
+    again = _ablate(*common)
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert all((folder / run / "metrics.json").is_file() for run in ("none-s0", "se-s0"))
+    assert "--resume true" in (folder / "logs" / "none-s0.log").read_text()
+
+
 def test_detector_variants_are_edited_yamls_and_commands_for_a_queue(tmp_path, capsys):
     assert main(["ablate", "--config", "demo_digit_boxes", "--blocks", "none,SE,CBAM,ECA", "--seeds", "3",
                  "--runs_dir", str(tmp_path), "--name", "det", "--print-commands"]) == 0

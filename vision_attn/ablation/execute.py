@@ -4,11 +4,17 @@ the machine's threads split between them, continuing where an interrupted ablati
 A run whose folder holds ``metrics.json`` has finished and is kept; one with a ``last.ckpt`` but no
 ``metrics.json`` was stopped and continues from that checkpoint (``--resume true``); any other is
 trained from the start. Each run's output goes to ``NAME/logs/RUN.log``.
+
+A stop request to the ablation (SIGTERM or SIGUSR1 from a scheduler, Ctrl-C) is passed on: no new run
+starts, each running training writes a checkpoint and exits (SIGTERM to each; Ctrl-C reaches them from
+the terminal), and :func:`run_ablation` raises :class:`~vision_attn.errors.TrainingStopped` once they
+have (``vision-attn ablate`` exits 75); the same command continues.
 """
 from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -18,7 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from vision_attn.ablation.plan import AblationPlan, RunSpec
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, TrainingStopped
+from vision_attn.tasks.signals import StopRequest
 
 __all__ = ["RunState", "run_state", "run_ablation", "print_commands", "progress_table"]
 
@@ -88,6 +95,15 @@ def run_ablation(plan: AblationPlan, *, jobs: int = 1, echo: Echo = print,
     lock = threading.Lock()
     procs: set[subprocess.Popen] = set()
 
+    def pass_on(signum: int) -> None:  # runs in the main thread, in the signal handler
+        if signum == signal.SIGINT:  # Ctrl-C reached the trainings too (one process group)
+            return
+        with lock:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+
+    stop = StopRequest(on_request=pass_on)
+
     def train(spec: RunSpec) -> RunState:
         status = states[spec.name]
         if status == "done":
@@ -96,32 +112,46 @@ def run_ablation(plan: AblationPlan, *, jobs: int = 1, echo: Echo = print,
         cmd = plan.command(spec) + _resume_args(spec, status)
         start = time.perf_counter()
         with open(log, "a") as out:
-            out.write(f"$ {' '.join(cmd)}\n")
-            out.flush()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-            with lock:
+            with lock:  # under the lock: a stop request either finds this process or prevents it
+                if stop.signum is not None:
+                    return RunState(spec, status)
+                out.write(f"$ {' '.join(cmd)}\n")
+                out.flush()
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
                 procs.add(proc)
             rc = proc.wait()
             with lock:
                 procs.discard(proc)
         seconds = time.perf_counter() - start
-        result = "done" if rc == 0 and run_state(spec) == "done" else "failed"
+        if rc == 0 and run_state(spec) == "done":
+            result = "done"
+        else:
+            result = "stopped" if stop.signum is not None else "failed"
         with lock:
             states[spec.name] = result
             finished = sum(v == "done" for v in states.values())
-            tail = "" if result == "done" else f" (exit {rc}; see {log})"
+            tail = {"done": "", "stopped": f" (exit {rc}: the same command continues it)"}.get(
+                result, f" (exit {rc}; see {log})")
             echo(f"[{finished}/{len(specs)}] {spec.variant} seed {spec.seed}: {result} in {seconds:.0f} s{tail}")
             echo(progress_table(plan, states))
         return RunState(spec, result, seconds, log)
 
     pool = ThreadPoolExecutor(max_workers=jobs)
+    stop.install()
     try:
         results = list(pool.map(train, specs))
-    except BaseException:
+    except BaseException:  # a second Ctrl-C: stop the trainings now
         with lock:
             for proc in procs:
                 proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        stop.uninstall()
     pool.shutdown()
+    if stop.signum is not None:
+        done = sum(r.status == "done" for r in results)
+        raise TrainingStopped(f"ablation {plan.folder} stopped by {stop.name}: {done} of {len(results)} runs "
+                              "finished, each running training wrote a checkpoint; run the same command again "
+                              "to continue where it stopped")
     return results

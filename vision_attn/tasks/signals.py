@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from vision_attn.data.loader import STOP_SIGNALS
 from vision_attn.errors import TrainingStopped
@@ -19,10 +19,13 @@ EXIT_STOPPED = TrainingStopped.exit_status  # 75, EX_TEMPFAIL: run the same comm
 
 class StopRequest:
     """Signal handlers that record a request to stop (:attr:`signum`); :meth:`install` while training
-    runs, :meth:`uninstall` after (the previous handlers come back)."""
+    runs, :meth:`uninstall` after (the previous handlers come back). ``on_request(signum)``, when given,
+    is called on each request (an ablation passes the stop on to the trainings it runs)."""
 
-    def __init__(self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
+    def __init__(self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
+                 on_request: Callable[[int], None] | None = None) -> None:
         self.signals = signals
+        self.on_request = on_request
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
@@ -46,3 +49,5 @@ class StopRequest:
             self.uninstall()
             raise KeyboardInterrupt
         self.signum = signum
+        if self.on_request is not None:
+            self.on_request(signum)
