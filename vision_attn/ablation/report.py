@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from vision_attn.ablation.plan import AblationPlan
 from vision_attn.ablation.stats import PairedDifference, Summary, paired_difference, summarise
@@ -159,11 +160,13 @@ def _plot(report: AblationReport, path: Path) -> Path:
     key, label = METRICS[report.plan.task][0]
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot()
+    base = report.variants[0].gmacs  # none: blocks add a fraction of a percent, so x is what they add
     for v in report.variants:
-        s = v.summaries[key]
-        ax.errorbar([v.gmacs], [100 * s.mean], yerr=[100 * (s.std or 0.0)], fmt="o", capsize=4, label=v.variant)
-        ax.annotate(v.variant, (v.gmacs, 100 * s.mean), textcoords="offset points", xytext=(6, 6), fontsize=8)
-    ax.set_xlabel("GMACs per image")
+        s, x = v.summaries[key], 1000 * (v.gmacs - base)
+        ax.errorbar([x], [100 * s.mean], yerr=[100 * (s.std or 0.0)], fmt="o", capsize=4, label=v.variant)
+        ax.annotate(v.variant, (x, 100 * s.mean), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(6))
+    ax.set_xlabel(f"MMACs per image added to none's {base:.4g} GMACs")
     ax.set_ylabel(f"{label} (%), mean +- std over seeds")
     ax.set_title(f"{report.plan.name}: {label} against compute")
     ax.grid(alpha=0.3)
