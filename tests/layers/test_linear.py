@@ -9,24 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import vision_attn
 from vision_attn.layers import Mlp, linear, set_onednn_linear
 from vision_attn.layers.linear import KernelPlan, _onednn_works, measure_kernels, training_kernels
 from vision_attn.layers.window_attention import _Affine
 
+from tests.ops import OpLog
+
 linear_module = importlib.import_module("vision_attn.layers.linear")  # the package exports the function `linear`
-
-
-class OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func._overloadpacket))
-        return func(*args, **(kwargs or {}))
 
 
 def ran_onednn(fn) -> bool:

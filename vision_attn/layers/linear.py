@@ -55,9 +55,16 @@ _enabled = os.environ.get("VISION_ATTN_ONEDNN", "1") != "0"
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
+def fast_paths_enabled() -> bool:
+    """Whether the CPU fast paths (these linear kernels, and the explicit attention of
+    :mod:`vision_attn.layers.softmax_attention`) are on: ``VISION_ATTN_ONEDNN`` and :func:`set_onednn_linear`."""
+    return _enabled
+
+
 def set_onednn_linear(enabled: bool) -> bool:
-    """Turn the oneDNN paths of :func:`linear` (inference and training) on or off for the process;
-    returns the previous setting, so a caller can restore it."""
+    """Turn the oneDNN paths of :func:`linear` (inference and training), and with them the explicit
+    attention on the CPU, on or off for the process; returns the previous setting, so a caller can
+    restore it."""
     global _enabled
     previous, _enabled = _enabled, enabled
     return previous
@@ -70,7 +77,7 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, at
 
 
 @contextlib.contextmanager
-def _checking() -> Any:
+def self_check_context() -> Any:
     """Where the self-checks run: no autograd, no autocast, no active dispatch mode (whatever context
     the first call that triggers them is in, they measure the kernels themselves)."""
     with torch.no_grad(), torch.autocast("cpu", enabled=False), _disable_current_modes():
@@ -85,7 +92,7 @@ def _onednn_works() -> bool:
     try:
         # outside any active dispatch mode (a FLOP counter, say) and autocast (the first call may be
         # under bf16 autocast, which would compare a bf16 F.linear with fp32): the check is not the user's work
-        with _checking():
+        with self_check_context():
             gen = torch.Generator().manual_seed(0)  # not the global stream: a training run's draws stay as they were
             x, w, b = (torch.randn(*s, generator=gen) for s in ((3, 5, 8), (4, 8), (4,)))
             return torch.allclose(_onednn(x, w, b, "gelu", "none"), F.gelu(F.linear(x, w, b)), atol=1e-5)
@@ -152,7 +159,7 @@ def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, i
     b = torch.randn(N, generator=gen).to(dtype)
     operands = {"forward": (x, w, b), "input_grad": (g, w), "weight_grad": (g, x)}
     choice, seconds = {}, {}
-    with _checking():
+    with self_check_context():
         for product, args in operands.items():
             kernels = KERNELS[product]
             if not _agrees(kernels["onednn"](*args), kernels["aten"](*args)):
@@ -185,7 +192,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _plan_key(dtype: torch.dtype, threads: int) -> str:
+def plan_key(dtype: torch.dtype, threads: int) -> str:
+    """What a measured choice depends on: torch version, CPU, thread count and dtype."""
     return f"torch {torch.__version__}; {_cpu_name()}; {threads} threads; {str(dtype).removeprefix('torch.')}"
 
 
@@ -206,23 +214,32 @@ def _stored_plan(entry: Any) -> KernelPlan | None:
     return plan if all(getattr(plan, p) in KERNELS[p] for p in KERNELS) else None
 
 
-def _store_plan(path: Path, key: str, plan: KernelPlan) -> None:
-    """Add ``plan`` to the file (written atomically); a cache that cannot be written is skipped."""
+def cached_measurement(key: str, measure: Callable[[], dict[str, Any]], valid: Callable[[Any], bool]) -> dict[str, Any]:
+    """The entry stored under ``key`` in :data:`PLANS_FILE` if ``valid`` accepts it; else ``measure()``,
+    added to the file (written atomically; a cache that cannot be written is skipped)."""
+    path = cache_dir() / PLANS_FILE
+    entry = _read_plans(path).get(key)
+    if valid(entry):
+        return entry
+    entry = measure()
     try:
-        write_json(path, {**_read_plans(path), key: asdict(plan)}, mkdir=True)
+        write_json(path, {**_read_plans(path), key: entry}, mkdir=True)
     except OSError:
         pass
+    return entry
+
+
+def self_check_clock(threads: int) -> Callable[[], float]:
+    """The clock a self-check times with: CPU time of the thread with one thread (immune to preemption)."""
+    return time.thread_time if threads == 1 else time.perf_counter
 
 
 @functools.cache
 def _plan(dtype: torch.dtype, threads: int) -> KernelPlan:
-    path, key = cache_dir() / PLANS_FILE, _plan_key(dtype, threads)
-    plan = _stored_plan(_read_plans(path).get(key))
-    if plan is None:
-        clock = time.thread_time if threads == 1 else time.perf_counter  # one thread: immune to preemption
-        plan = measure_kernels(dtype, clock=clock)
-        _store_plan(path, key, plan)
-    return plan
+    entry = cached_measurement(plan_key(dtype, threads),
+                               lambda: asdict(measure_kernels(dtype, clock=self_check_clock(threads))),
+                               lambda e: _stored_plan(e) is not None)
+    return _stored_plan(entry)
 
 
 def training_kernels(dtype: torch.dtype = torch.float32) -> KernelPlan:

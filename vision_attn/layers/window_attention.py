@@ -27,6 +27,7 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.layers.attention import attend
 from vision_attn.layers.linear import linear
+from vision_attn.layers.softmax_attention import attention_backward, attention_forward, use_explicit
 from vision_attn.layers.patch_embed import to_2tuple
 
 __all__ = [
@@ -253,39 +254,33 @@ class _PackedBiasedAttention(torch.autograd.Function):
     """softmax(q kᵀ/√d + mask) v on the CPU for packed qkv (B, N, G, 3, d) and an additive mask
     (1 or B, G, N, N) that needs a gradient; returns (B, N, G, d).
 
-    Forward: the fused flash kernel on strided views. Backward: the weights P recomputed from q, k
-    and the mask (no (N, N) weights kept between the passes), dS = P ∘ (dO vᵀ − rowsum(dO ∘ O));
-    the gradient of qkv is written in its packed layout at once, the mask's is dS summed over the
-    batch when it broadcasts.
+    Forward: the fused flash kernel on strided views, or the explicit product where it was measured
+    faster (bf16, :mod:`~vision_attn.layers.softmax_attention`). Backward: the weights P recomputed
+    from q, k and the mask (no (N, N) weights kept between the passes), dS = P ∘ (dP − rowsum(dP ∘ P))
+    (:func:`~vision_attn.layers.softmax_attention.attention_backward`); the gradient of qkv is
+    written in its packed layout, the mask's is dS summed over the batch when it broadcasts.
     """
 
     @staticmethod
     def forward(ctx, qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         q, k, v = _split(qkv)
-        out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask)
-        out = out.transpose(1, 2)  # (B, N, G, d): the kernel's own memory layout
-        ctx.save_for_backward(qkv, mask, out)
+        if use_explicit(q, k, v, mask):  # bf16: the explicit product, measured faster
+            out = attention_forward(q, k, v, mask).transpose(1, 2)  # (B, N, G, d)
+        else:
+            out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask)
+            out = out.transpose(1, 2)  # (B, N, G, d): the kernel's own memory layout
+        ctx.save_for_backward(qkv, mask)
         return out
 
     @staticmethod
     def backward(ctx, dout: torch.Tensor):
-        qkv, mask, out = ctx.saved_tensors
-        dtype, scale = qkv.dtype, qkv.shape[-1] ** -0.5
-        dqkv = torch.empty_like(qkv)  # (B, N, G, 3, d): each gradient is written into its slot, then freed
-        row = (dout.float() * out.float()).sum(-1).transpose(1, 2).unsqueeze(-1)  # rowsum(dO ∘ O), (B, G, N, 1)
-        dout = dout.transpose(1, 2).contiguous()  # (B, G, N, d)
-        qs, k, v = (t.contiguous() for t in _split(qkv))  # (B, G, N, d)
-        qs.mul_(scale)  # q / sqrt(d)
-        # the softmax weights, recomputed (torch's fused softmax beats exp(s - lse) with the saved lse)
-        p = torch.softmax(torch.matmul(qs, k.transpose(-2, -1)).float().add_(mask), dim=-1)  # (B, G, N, N)
-        dqkv[..., 2, :].copy_(torch.matmul(p.to(dtype).transpose(-2, -1), dout).transpose(1, 2))  # dv
-        ds = torch.matmul(dout, v.transpose(-2, -1)).float().sub_(row).mul_(p)  # dS, (B, G, N, N)
-        del p, v, dout
-        dsd = ds.to(dtype)
-        dqkv[..., 0, :].copy_(torch.matmul(dsd, k).mul_(scale).transpose(1, 2))  # dq
-        del k
-        dqkv[..., 1, :].copy_(torch.matmul(dsd.transpose(-2, -1), qs).transpose(1, 2))  # dk
-        del qs, dsd
+        qkv, mask = ctx.saved_tensors
+        q, k, v = (t.contiguous() for t in _split(qkv))  # (B, G, N, d)
+        dq, dk, dv, ds = attention_backward(q, k, v, mask, dout.transpose(1, 2).contiguous())
+        del q, k, v
+        dqkv = torch.empty_like(qkv)  # (B, N, G, 3, d): the gradients in the packed layout
+        for i, grad in enumerate((dq, dk, dv)):
+            dqkv[..., i, :].copy_(grad.transpose(1, 2))
         dmask = ds.sum_to_size(mask.shape).to(mask.dtype) if ctx.needs_input_grad[1] else None
         return dqkv, dmask
 

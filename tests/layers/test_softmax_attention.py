@@ -1,0 +1,219 @@
+"""The explicit attention path of vision_attn.layers.softmax_attention: numbers against the fused
+kernel, its gradients (q, k, v and a broadcast mask), where it is used and where not, and the
+measured, cached choice."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vision_attn
+from vision_attn.layers import attend, set_onednn_linear
+from vision_attn.layers.softmax_attention import (
+    MAX_EXPLICIT_TOKENS,
+    attention_kernel,
+    explicit_attention,
+    measure_attention,
+    use_explicit,
+)
+
+from tests.ops import ops_of
+
+sa = importlib.import_module("vision_attn.layers.softmax_attention")
+linear_module = importlib.import_module("vision_attn.layers.linear")
+
+
+def ran_fused(fn) -> bool:
+    return any("scaled_dot_product" in op for op in ops_of(fn))
+
+
+def force(monkeypatch, kernel: str) -> None:
+    """Whatever this machine measured: the path under test."""
+    monkeypatch.setattr(sa, "attention_kernel", lambda dtype: kernel)
+
+
+def operands(B, G, N, d, dtype, mask_shape=None, packed=False, seed=0):
+    """q, k, v (B, G, N, d), strided views of one packed tensor when ``packed``; an additive mask that
+    needs a gradient, broadcasting to (B, G, N, N)."""
+    gen = torch.Generator().manual_seed(seed)
+    if packed:  # (B, N, 3, G, d) as a qkv projection gives them: non-contiguous views
+        qkv = torch.randn(B, N, 3, G, d, generator=gen).to(dtype)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+    else:
+        q, k, v = (torch.randn(B, G, N, d, generator=gen).to(dtype) for _ in range(3))
+    mask = torch.randn(*mask_shape, generator=gen).to(dtype) if mask_shape else None
+    return q, k, v, mask
+
+
+def grads(fn, q, k, v, mask, dout):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    m = mask.detach().clone().requires_grad_() if mask is not None else None
+    out = fn(*leaves, m)
+    out.backward(dout.to(out.dtype))
+    return [out] + [t.grad for t in leaves] + ([m.grad] if m is not None else [])
+
+
+def relative_error(a: torch.Tensor, ref: torch.Tensor) -> float:
+    a, ref = a.detach().double(), ref.detach().double()
+    return float((a - ref).abs().max() / ref.abs().max())
+
+
+def sdpa(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("B,G,N,d,mask_shape,packed", [
+    (2, 3, 50, 16, None, False),
+    (1, 2, 7, 12, None, True),  # batch 1, odd sizes, strided views
+    (2, 4, 49, 32, (1, 4, 49, 49), True),  # Swin: one bias for the batch, needs a gradient
+    (3, 2, 17, 8, (3, 2, 17, 17), False),  # a full-size mask
+])
+def test_explicit_attention_and_its_gradients_match_the_fused_kernel(dtype, tol, B, G, N, d, mask_shape, packed):
+    q, k, v, mask = operands(B, G, N, d, dtype, mask_shape, packed)
+    dout = torch.randn(B, G, N, d, generator=torch.Generator().manual_seed(1))
+    ref = grads(lambda *t: sdpa(*(x.double() if x is not None else None for x in t)), q, k, v, mask, dout.double())
+    ours = grads(explicit_attention, q, k, v, mask, dout)
+    fused = grads(sdpa, q, k, v, mask, dout)
+    for name, a, f, r in zip(["out", "dq", "dk", "dv", "dmask"], ours, fused, ref):
+        assert a.shape == r.shape and a.dtype == dtype, name
+        err = relative_error(a, r)
+        assert err <= tol, f"{name}: {err:.2e}"
+        if dtype == torch.bfloat16:  # the fused kernel keeps fp32 logits; bf16 logits cost ~2x its error, ~5x with a bf16 mask
+            assert err <= 6 * relative_error(f, r), f"{name}: {err:.2e} against fused {relative_error(f, r):.2e}"
+
+
+def test_without_a_graph_nothing_is_kept_for_a_backward():
+    q, k, v, _ = operands(2, 2, 9, 8, torch.float32)
+    q.requires_grad_()
+    with torch.no_grad():
+        out = explicit_attention(q, k, v)
+    assert out.grad_fn is None
+    assert explicit_attention(q, k, v).grad_fn is not None
+
+
+@pytest.mark.parametrize("kernel", ["explicit", "fused"])
+def test_attend_takes_the_measured_kernel_on_the_cpu(monkeypatch, kernel):
+    force(monkeypatch, kernel)
+    q, k, v, _ = operands(2, 3, 20, 8, torch.bfloat16)
+    out = []
+    assert ran_fused(lambda: out.append(attend(q, k, v)[0])) == (kernel == "fused")
+    torch.testing.assert_close(out[0].float(), sdpa(q, k, v, None).float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("case", ["dropout", "switched off", "fx"])
+def test_the_fused_kernel_wherever_the_explicit_path_is_not_a_drop_in(monkeypatch, case):
+    force(monkeypatch, "explicit")
+    q, k, v, _ = operands(1, 1, 10, 8, torch.float32)
+    assert use_explicit(q, k, v)  # the same tensors otherwise take it
+    if case == "dropout":
+        assert not use_explicit(q, k, v, dropout_p=0.1)
+    elif case == "switched off":
+        previous = set_onednn_linear(False)
+        try:
+            assert not use_explicit(q, k, v)
+        finally:
+            set_onednn_linear(previous)
+    else:  # torch.fx: the standard graph
+        graph = torch.fx.symbolic_trace(lambda q, k, v: attend(q, k, v)[0])
+        assert "scaled_dot_product_attention" in graph.code
+
+
+def test_sequences_past_the_limit_and_other_dtypes_run_fused(monkeypatch):
+    force(monkeypatch, "explicit")
+    assert not use_explicit(*operands(1, 1, MAX_EXPLICIT_TOKENS + 1, 8, torch.float32)[:3])
+    assert not use_explicit(*operands(1, 1, 10, 8, torch.float16)[:3])
+    assert not use_explicit(*operands(1, 1, 10, 8, torch.float64)[:3])
+    q, k, v, mask = operands(1, 2, 10, 8, torch.bfloat16, (1, 2, 10, 10))
+    assert use_explicit(q, k, v, mask) and not use_explicit(q, k, v, mask.float())  # mixed dtypes: fused
+    with torch.autograd.forward_ad.dual_level():
+        assert not use_explicit(q, k, v)
+    assert torch.func.vmap(lambda q: torch.tensor(float(use_explicit(q, q, q))))(q[None].expand(2, -1, -1, -1, -1)).sum() == 0
+
+
+def test_switch_from_the_environment():
+    code = ("import torch; from vision_attn.layers.softmax_attention import use_explicit; import vision_attn.layers.softmax_attention as sa;"
+            "sa.attention_kernel = lambda dtype: 'explicit'; q = torch.randn(1, 2, 5, 4).bfloat16();"
+            "print(use_explicit(q, q, q))")
+    env = {**os.environ, "VISION_ATTN_ONEDNN": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
+
+
+def test_measure_attention_chooses_the_faster_and_never_a_wrong_one(monkeypatch):
+    now = [0.0]
+
+    def costs(fn, seconds):
+        def run(*args):
+            now[0] += seconds
+            return fn(*args)
+        return run
+
+    kernels = {"fused": costs(sa.KERNELS["fused"], 1.0), "explicit": costs(sa.KERNELS["explicit"], 0.1)}
+    monkeypatch.setattr(sa, "KERNELS", kernels)
+    result = measure_attention(torch.float32, shape=(1, 2, 16, 8), rounds=3, clock=lambda: now[0])
+    assert result["kernel"] == "explicit"
+    assert result["seconds"] == pytest.approx({"fused": 1.0, "explicit": 0.1})
+    kernels["explicit"] = lambda q, k, v: sa.explicit_attention(q, k, v) + 1  # fast but wrong: never chosen
+    assert measure_attention(torch.float32, shape=(1, 2, 16, 8), rounds=3, clock=lambda: now[0]) == {"kernel": "fused", "seconds": {}}
+
+
+def test_the_first_measurement_under_autocast_measures_the_kernels_themselves():
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        result = measure_attention(torch.float32, shape=(1, 2, 16, 8), rounds=1)
+    assert set(result["seconds"]) == {"fused", "explicit"}  # the two agreed in fp32
+
+
+def test_the_choice_is_measured_once_and_kept_in_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    sa._choice.cache_clear()
+    try:
+        kernel = attention_kernel(torch.bfloat16)
+        assert kernel in ("fused", "explicit")
+        stored = json.loads((tmp_path / linear_module.PLANS_FILE).read_text())
+        (key,) = stored
+        assert key.startswith("attention; ") and "bfloat16" in key and f"{torch.get_num_threads()} threads" in key
+        assert stored[key]["kernel"] == kernel and set(stored[key]["seconds"]) == {"fused", "explicit"}
+
+        sa._choice.cache_clear()  # a new process: reads the file, measures nothing
+        monkeypatch.setattr(sa, "measure_attention", lambda *a, **k: pytest.fail("measured again"))
+        assert attention_kernel(torch.bfloat16) == kernel
+
+        stored[key]["kernel"] = "flash"  # a damaged entry is measured again
+        (tmp_path / linear_module.PLANS_FILE).write_text(json.dumps(stored))
+        sa._choice.cache_clear()
+        monkeypatch.setattr(sa, "measure_attention", lambda *a, **k: {"kernel": "fused", "seconds": {}})
+        assert attention_kernel(torch.bfloat16) == "fused"
+        assert json.loads((tmp_path / linear_module.PLANS_FILE).read_text())[key]["kernel"] == "fused"
+    finally:
+        sa._choice.cache_clear()
+
+
+@pytest.mark.parametrize("name,kwargs,size", [
+    ("vit_tiny_patch16_224", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7), 32),
+    ("swin_tiny_patch4_window7_224", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, num_classes=7), 32),
+])
+def test_bf16_training_step_gradients_on_either_kernel_agree(monkeypatch, name, kwargs, size):
+    torch.manual_seed(0)
+    model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice
+    x = torch.randn(2, 3, size, size)
+
+    def step(kernel):
+        force(monkeypatch, kernel)
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().square().mean().backward()
+        return out.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    out_e, g_e = step("explicit")
+    out_f, g_f = step("fused")
+    torch.testing.assert_close(out_e, out_f, atol=5e-2, rtol=5e-2)
+    for n in g_f:
+        assert relative_error(g_e[n], g_f[n]) < 0.1, n
