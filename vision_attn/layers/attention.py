@@ -79,16 +79,21 @@ class Attention(nn.Module):
         self.keep_weights = False
         self.weights = None
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                queries: int | None = None) -> torch.Tensor:
+        """Tokens (B, N, D) -> (B, N, D); with ``queries``, only the first ``queries`` tokens attend
+        (to all N): (B, queries, D)."""
         B, N, C = x.shape
         qkv = linear(x, self.qkv).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if queries is not None:
+            q = q[:, :, :queries]  # (B, heads, queries, d)
         x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
                                  keep_weights=self.keep_weights)
-        x = x.transpose(1, 2).reshape(B, N, C)  # (B, N, D)
+        x = x.transpose(1, 2).reshape(B, q.shape[2], C)  # (B, N or queries, D)
         return self.proj_drop(linear(x, self.proj))
 
 

@@ -10,17 +10,20 @@ official DINOv2 hub files are mapped by :func:`torchvision_to_timm` and :func:`d
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Literal, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import (
     BLOCKS,
     Attention,
+    Block,
     LayerNorm6,
     Mlp,
     PatchEmbed,
@@ -39,6 +42,20 @@ __all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "d
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
 torch.fx.wrap("resample_abs_pos_embed")
 torch.fx.wrap("sincos_2d")
+
+
+def _observed(module: nn.Module, x: torch.Tensor) -> bool:
+    """Whether something watches ``module`` run and expects every token's output: hooks on it or
+    inside it, global module hooks, a tracer (torch.fx, TorchScript: feature extractors, fvcore) or an
+    active dispatch mode (FLOP counters: the model's FLOPs are the architecture's, as peers count them)."""
+    if isinstance(x, torch.fx.Proxy) or torch.jit.is_tracing():
+        return True
+    if not torch.compiler.is_compiling() and _get_current_dispatch_mode() is not None:  # dynamo cannot ask (nor needs to)
+        return True
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    if any(getattr(nn.modules.module, f"_global{h}", None) for h in hooks):
+        return True
+    return any(getattr(m, h) for m in module.modules() for h in hooks)
 
 
 class VisionTransformer(TimmContract, nn.Module):
@@ -245,7 +262,30 @@ class VisionTransformer(TimmContract, nn.Module):
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        return self.forward_head(self.forward_features(x))
+        queries = self._head_queries(x)
+        return self.forward_head(self.forward_features(x) if queries is None else self._forward_prefix(x, queries))
+
+    def _head_queries(self, x: torch.Tensor) -> int | None:
+        """How many leading tokens the head reads (class, and distillation) when the last block can run
+        for those alone (:meth:`Block.forward_queries`): with ``global_pool="token"``, a standard last
+        block, nothing observing it (hooks, recorded attention, tracers, FLOP counters) and no element-wise dropout
+        drawing in it; else None. Its other tokens' outputs never reach the logits: skipping them
+        saves about 6% of a ViT-S forward and backward pass, with logits and gradients unchanged."""
+        last = self.blocks[-1] if len(self.blocks) else None
+        if (self.global_pool != "token" or type(last) is not Block or not isinstance(last.attn, Attention)
+                or last.attn.keep_weights or _observed(last, x)):
+            return None
+        if self.training and (last.attn.attn_drop > 0 or any(m.p > 0 for m in last.modules() if isinstance(m, nn.Dropout))):
+            return None  # the dropout masks would be drawn over fewer tokens: another random stream
+        return 2 if self.distilled else 1
+
+    def _forward_prefix(self, x: torch.Tensor, queries: int) -> torch.Tensor:
+        """``forward_features(x)[:, :queries]``, the last block computed for those tokens only: (B, queries, D)."""
+        x, grid = self._embed(x)
+        rope = self._rope(grid, x)
+        x = run_blocks(self, self.blocks[:-1], x, rope=rope)
+        last = functools.partial(self.blocks[-1].forward_queries, queries=queries)
+        return self.norm(run_blocks(self, [last], x, rope=rope))
 
     # ---------------------------------------------------------------- timm's contract: one level a block
     def _levels(self) -> nn.ModuleList:
