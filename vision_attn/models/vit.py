@@ -17,7 +17,8 @@ from typing import Literal, Sequence
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import (
@@ -44,13 +45,22 @@ torch.fx.wrap("resample_abs_pos_embed")
 torch.fx.wrap("sincos_2d")
 
 
+_FLOP_COUNTER_MODES = tuple(t for t in (getattr(flop_counter, "_FlopCounterMode", None),) if isinstance(t, type))
+
+
+def _counting_flops() -> bool:
+    """torch's FlopCounterMode is active (any dispatch mode counts, should torch rename its class)."""
+    stack = _get_current_dispatch_mode_stack()
+    return any(isinstance(m, _FLOP_COUNTER_MODES) for m in stack) if _FLOP_COUNTER_MODES else bool(stack)
+
+
 def _observed(module: nn.Module, x: torch.Tensor) -> bool:
     """Whether something watches ``module`` run and expects every token's output: hooks on it or
-    inside it, global module hooks, a tracer (torch.fx, TorchScript: feature extractors, fvcore) or an
-    active dispatch mode (FLOP counters: the model's FLOPs are the architecture's, as peers count them)."""
+    inside it, global module hooks, a tracer (torch.fx, TorchScript: feature extractors, fvcore) or a
+    FLOP counter (the model's FLOPs are the architecture's, as peers count them)."""
     if isinstance(x, torch.fx.Proxy) or torch.jit.is_tracing():
         return True
-    if not torch.compiler.is_compiling() and _get_current_dispatch_mode() is not None:  # dynamo cannot ask (nor needs to)
+    if not torch.compiler.is_compiling() and _counting_flops():  # dynamo cannot ask (nor needs to)
         return True
     hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
     if any(getattr(nn.modules.module, f"_global{h}", None) for h in hooks):
