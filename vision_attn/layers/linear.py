@@ -148,6 +148,19 @@ def _agrees(out: torch.Tensor, ref: torch.Tensor) -> bool:
     return out.shape == ref.shape and bool((out.float() - ref.float()).abs().max() <= tol * ref.float().abs().max())
 
 
+def median_seconds(calls: dict[str, Callable[[], object]], rounds: int,
+                   clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """name -> median seconds of ``calls[name]()`` over ``rounds`` rounds, the order of the calls
+    reversed every other round (what the self-checks time their candidates with)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(rounds):
+        for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+            start = clock()
+            calls[name]()
+            times[name].append(clock() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, int] = CHECK_SHAPE,
                     rounds: int = 5, clock: Callable[[], float] = time.perf_counter) -> KernelPlan:
     """Time each product's two kernels on random ``shape`` operands in ``dtype``, alternating their
@@ -165,13 +178,8 @@ def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, i
             if not _agrees(kernels["onednn"](*args), kernels["aten"](*args)):
                 choice[product], seconds[product] = "aten", {}
                 continue
-            times: dict[str, list[float]] = {k: [] for k in kernels}
-            for r in range(rounds):
-                for name in (list(kernels) if r % 2 == 0 else list(kernels)[::-1]):
-                    start = clock()
-                    kernels[name](*args)
-                    times[name].append(clock() - start)
-            seconds[product] = {k: statistics.median(v) for k, v in times.items()}
+            seconds[product] = median_seconds({k: functools.partial(fn, *args) for k, fn in kernels.items()},
+                                              rounds, clock)
             choice[product] = min(seconds[product], key=seconds[product].__getitem__)
     return KernelPlan(**choice, seconds=seconds)
 
@@ -283,6 +291,17 @@ class _Linear(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------------
+def capturing_graph() -> bool:
+    """Inside TorchScript tracing, ONNX export, torch.compile or torch.export (which compiles): the
+    graph must hold the standard ops, so the CPU fast paths stay off."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+
+
+def autograd_transforms_active() -> bool:
+    """torch.func transforms or forward-mode AD: a custom ``autograd.Function`` defines neither."""
+    return torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0
+
+
 def _mode(x: torch.Tensor, weight: torch.Tensor) -> str | None:
     """``"inference"``, ``"training"`` (autograd records a graph through the layer), or ``None``
     where the standard ``F.linear`` must run."""
@@ -294,13 +313,13 @@ def _mode(x: torch.Tensor, weight: torch.Tensor) -> str | None:
             return None
     elif x.dtype not in _DTYPES or weight.dtype != x.dtype:
         return None
-    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
+    if capturing_graph():
         return None
     if not _onednn_works():
         return None
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         return "inference"
-    if torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0:
+    if autograd_transforms_active():
         return None  # torch.func transforms and forward-mode AD: the Function defines neither
     return "training"
 

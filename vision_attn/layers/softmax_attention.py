@@ -18,12 +18,10 @@ outputs and gradients are within about 2x of the fused kernel's bf16 error (test
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from typing import Any, Callable
 
 import torch
-import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 
 from vision_attn.layers import linear as _linear
@@ -113,7 +111,6 @@ def measure_attention(dtype: torch.dtype = torch.float32, shape: tuple[int, int,
     alternating their order every round; returns ``{"kernel": the faster by the median, "seconds":
     kernel -> median}``. An explicit result that does not agree with the fused one (relative to the
     largest entry: 1e-4 in fp32, 2e-2 in bf16) is never chosen."""
-    times: dict[str, list[float]] = {name: [] for name in KERNELS}
     # outside the caller's autocast, dispatch modes and inference mode (the backward is timed too)
     with torch.inference_mode(False), _linear.self_check_context():
         gen = torch.Generator().manual_seed(0)
@@ -123,12 +120,8 @@ def measure_attention(dtype: torch.dtype = torch.float32, shape: tuple[int, int,
             return {"kernel": "fused", "seconds": {}}
         leaves = [t.requires_grad_() for t in (q, k, v)]
         with torch.enable_grad():
-            for r in range(rounds):
-                for name in (list(KERNELS) if r % 2 == 0 else list(KERNELS)[::-1]):
-                    start = clock()
-                    KERNELS[name](*leaves).backward(g)
-                    times[name].append(clock() - start)
-    seconds = {name: statistics.median(t) for name, t in times.items()}
+            seconds = _linear.median_seconds(
+                {name: (lambda fn=fn: fn(*leaves).backward(g)) for name, fn in KERNELS.items()}, rounds, clock)
     return {"kernel": min(seconds, key=seconds.__getitem__), "seconds": seconds}
 
 
@@ -163,9 +156,6 @@ def use_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
         return False
     if q.dim() != 4 or q.shape[-2] > MAX_EXPLICIT_TOKENS or k.shape[-2] > MAX_EXPLICIT_TOKENS:
         return False
-    if (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting()):
-        return False
-    if torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0:
+    if _linear.capturing_graph() or _linear.autograd_transforms_active():
         return False
     return attention_kernel(q.dtype) == "explicit"
