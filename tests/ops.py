@@ -1,6 +1,10 @@
-"""Which aten ops a call runs: for tests that check which kernel path a layer took."""
+"""For tests that check which kernel path a layer took: the aten ops a call runs, and what code
+prints in a fresh process with the CPU fast paths switched off from the environment."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -23,3 +27,10 @@ def ops_of(fn: Callable[[], object]) -> list[str]:
     with OpLog() as log:
         fn()
     return log.ops
+
+
+def printed_with_fast_paths_off(code: str) -> list[str]:
+    """The words ``code`` prints, run by a new Python process with ``VISION_ATTN_ONEDNN=0`` (the switch
+    is read at import)."""
+    env = {**os.environ, "VISION_ATTN_ONEDNN": "0"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -23,7 +20,7 @@ from vision_attn.layers.softmax_attention import (
     use_explicit,
 )
 
-from tests.ops import ops_of
+from tests.ops import ops_of, printed_with_fast_paths_off
 
 sa = importlib.import_module("vision_attn.layers.softmax_attention")
 linear_module = importlib.import_module("vision_attn.layers.linear")
@@ -141,9 +138,7 @@ def test_switch_from_the_environment():
     code = ("import torch; from vision_attn.layers.softmax_attention import use_explicit; import vision_attn.layers.softmax_attention as sa;"
             "sa.attention_kernel = lambda dtype: 'explicit'; q = torch.randn(1, 2, 5, 4).bfloat16();"
             "print(use_explicit(q, q, q))")
-    env = {**os.environ, "VISION_ATTN_ONEDNN": "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False"]
+    assert printed_with_fast_paths_off(code) == ["False"]
 
 
 def test_measure_attention_chooses_the_faster_and_never_a_wrong_one(monkeypatch):
