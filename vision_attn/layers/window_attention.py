@@ -26,7 +26,7 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.layers.attention import attend
-from vision_attn.layers.linear import linear
+from vision_attn.layers.linear import capturing_graph, linear
 from vision_attn.layers.softmax_attention import attention_backward, attention_forward, use_explicit
 from vision_attn.layers.patch_embed import to_2tuple
 
@@ -41,8 +41,7 @@ MASK_VALUE = -100.0  # what the official code, timm and torchvision add between 
 def _tracing(*values: object) -> bool:
     """Inside torch.compile, torch.export, jit tracing or ONNX export, or any of ``values`` a torch.fx
     proxy (symbolic tracing): build, do not cache, do not write in place."""
-    return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
-            or torch.onnx.is_in_onnx_export() or any(isinstance(v, torch.fx.Proxy) for v in values))
+    return capturing_graph() or any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
 def _exporting() -> bool:
