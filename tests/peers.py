@@ -8,10 +8,6 @@ thread count for the whole process, which would leak into unrelated tests of the
 """
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
 from types import ModuleType
 
 import numpy as np
@@ -19,14 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
+from tools.ultralytics_env import quiet_ultralytics_environment
 
-def quiet_ultralytics_environment() -> None:
-    """Offline, settings under a temporary folder removed at exit (once per process)."""
-    os.environ["YOLO_OFFLINE"] = "1"
-    if "YOLO_CONFIG_DIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="vision_attn-ultralytics-")
-        atexit.register(shutil.rmtree, folder, True)
-        os.environ["YOLO_CONFIG_DIR"] = folder
+__all__ = ["import_ultralytics", "quiet_ultralytics_environment"]
 
 
 def import_ultralytics(module: str = "ultralytics.nn.tasks") -> ModuleType:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+from ultralytics_env import quiet_ultralytics_environment  # tools/, the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,8 +63,7 @@ def _ours(name: str, batch: dict):
 
 
 def _theirs(name: str, batch: dict, img_size: int):
-    os.environ.setdefault("YOLO_OFFLINE", "1")
-    os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="ultralytics-cfg-"))
+    quiet_ultralytics_environment()
     from ultralytics.cfg import get_cfg
     from ultralytics.nn.tasks import DetectionModel
 

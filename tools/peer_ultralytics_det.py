@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
+
+from ultralytics_env import quiet_ultralytics_environment  # tools/, the script's folder
 
 
 def main() -> None:
@@ -39,8 +40,7 @@ def main() -> None:
                     "and last.pt); default a new temporary folder")
     args = ap.parse_args()
 
-    os.environ.setdefault("YOLO_OFFLINE", "1")
-    os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="ultralytics-cfg-"))
+    quiet_ultralytics_environment()
     data = args.data
     if data.startswith("demo:"):
         from vision_attn.data.demo import materialise
