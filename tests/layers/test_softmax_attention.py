@@ -86,6 +86,24 @@ def test_explicit_attention_and_its_gradients_match_the_fused_kernel(dtype, tol,
             assert err <= 6 * relative_error(f, r), f"{name}: {err:.2e} against fused {relative_error(f, r):.2e}"
 
 
+@pytest.mark.parametrize("mask_shape", [None, (1, 3, 10, 10)])
+def test_second_derivatives_through_the_explicit_path(mask_shape):
+    """create_graph=True (a gradient penalty): the backward runs differentiable ops, not the in-place ones."""
+    q, k, v, mask = operands(2, 3, 10, 8, torch.float64, mask_shape)
+
+    def second(fn, cast):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*(cast(t) for t in leaves), cast(mask) if mask is not None else None)
+        dq, = torch.autograd.grad(out.double().pow(2).sum(), leaves[0], create_graph=True)
+        return torch.autograd.grad(dq.double().sum(), leaves[1:])
+
+    reference = second(lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 8 ** -0.5 + (0 if m is None else m), -1) @ v,
+                       lambda t: t)
+    ours = second(explicit_attention, lambda t: t.float())
+    for a, r in zip(ours, reference):
+        assert relative_error(a, r) <= 1e-5
+
+
 def test_without_a_graph_nothing_is_kept_for_a_backward():
     q, k, v, _ = operands(2, 2, 9, 8, torch.float32)
     q.requires_grad_()

@@ -45,7 +45,14 @@ def _weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale:
     else:
         base, beta = mask.expand(B, G, N, M).reshape(B * G, N, M), 1.0
     s = torch.baddbmm(base, q.reshape(B * G, N, d), k.reshape(B * G, M, d).transpose(1, 2), beta=beta, alpha=scale)
+    if _recording(s):  # a backward of the backward (create_graph=True): no out= op, autograd records these
+        return torch.softmax(s, dim=-1).view(B, G, N, M)
     return torch.softmax(s, dim=-1, out=s).view(B, G, N, M)  # in place: no second (N, M) buffer to fill
+
+
+def _recording(t: torch.Tensor) -> bool:
+    """Autograd records ops on ``t``: in-place ``out=`` kernels cannot be used on it."""
+    return torch.is_grad_enabled() and t.requires_grad
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -66,7 +73,10 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     p = _weights(q, k, mask, scale)  # (B, G, N, N)
     dv = torch.matmul(p.transpose(-2, -1), dout)
     dp = torch.matmul(dout, v.transpose(-2, -1))  # (B, G, N, N)
-    ds = torch.ops.aten._softmax_backward_data.out(dp, p, -1, p.dtype, grad_input=dp)  # in place, row by row
+    if _recording(dp) or _recording(p):
+        ds = torch.ops.aten._softmax_backward_data(dp, p, -1, p.dtype)
+    else:
+        ds = torch.ops.aten._softmax_backward_data.out(dp, p, -1, p.dtype, grad_input=dp)  # in place, row by row
     del p
     B, G, N, d = q.shape
     ds3, zero = ds.view(B * G, N, -1), q.new_zeros(()).expand(B * G, N, d)
