@@ -2,10 +2,11 @@
 
 On the CPU, ``nn.Linear`` calls MKL's GEMM (``addmm``): the bias is first copied into the output and
 the activation is a second pass over it. Measured on this project's machine (AMD EPYC, 2 threads,
-fp32, 2048^3): MKL 200 GFLOP/s, oneDNN's matmul primitive 430 GFLOP/s, with the same fp32 accuracy.
+fp32, 2048^3): MKL 200 GFLOP/s, oneDNN's matmul primitive 430 GFLOP/s, with the same fp32 accuracy
+(on a later host of the same kind 146 and 207: the lead depends on the CPU, docs/benchmarks.md).
 :func:`linear` calls that primitive (``torch.ops.mkldnn._linear_pointwise``, the op torch.compile's
 CPU backend emits for the same pattern) with the bias and an exact or tanh GELU fused, which makes a
-ViT forward pass about 1.9x faster here (docs/benchmarks.md).
+ViT forward pass 1.3x-1.9x faster here, depending on the host (docs/benchmarks.md).
 
 Training: when autograd records a graph, :class:`_Linear` (a ``torch.autograd.Function``) runs the
 three products of a linear layer (forward ``x W^T + b``, input gradient ``g W``, weight gradient
