@@ -37,7 +37,9 @@ PROBE_SHAPE = (4, 6, 197, 64)
 def _weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
     """softmax(q kᵀ · scale + mask) over (B, G, N, d) operands -> (B, G, N, M) in q's dtype. One
     ``baddbmm`` scales the product and adds the mask before its single rounding to the dtype (over
-    Swin's windows in bf16 2.3x faster than a product, then an addition)."""
+    Swin's windows in bf16 2.3x faster than a product, then an addition); the softmax overwrites
+    the logits, one (N, M) buffer fewer to fill (bf16 inference of ViT-S about 10% faster,
+    docs/benchmarks.md, "The softmax in place")."""
     B, G, N, d = q.shape
     M = k.shape[-2]
     if mask is None:
@@ -67,8 +69,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     gradient ``dout``: the weights P are recomputed, dS = P ∘ (dP − rowsum(dP ∘ P)) with dP = dO vᵀ is
     the gradient of the logits, and so of an additive mask (summed where it broadcasts). The
     softmax and its gradient are computed in place (row by row), so that the pass holds two (N, N)
-    buffers, not four: one fewer round trip through memory each (bf16 inference of ViT-S about 10%
-    faster, docs/benchmarks.md)."""
+    buffers, not four."""
     scale = q.shape[-1] ** -0.5
     p = _weights(q, k, mask, scale)  # (B, G, N, N)
     dv = torch.matmul(p.transpose(-2, -1), dout)
@@ -78,12 +79,11 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     else:
         ds = torch.ops.aten._softmax_backward_data.out(dp, p, -1, p.dtype, grad_input=dp)  # in place, row by row
     del p
-    B, G, N, d = q.shape
-    ds3, zero = ds.view(B * G, N, -1), q.new_zeros(()).expand(B * G, N, d)
-    dq = torch.baddbmm(zero, ds3, k.reshape(B * G, -1, d), beta=0.0, alpha=scale).view(B, G, N, d)
-    dk = torch.baddbmm(zero.expand(B * G, ds3.shape[-1], d), ds3.transpose(1, 2), q.reshape(B * G, N, d),
-                       beta=0.0, alpha=scale).view(B, G, -1, d)
-    return dq, dk, dv, ds
+    (B, G, N, d), M = q.shape, k.shape[-2]
+    ds3, zero = ds.view(B * G, N, M), q.new_zeros(())  # zero: the ignored beta=0 input, expanded
+    dq = torch.baddbmm(zero.expand(B * G, N, d), ds3, k.reshape(B * G, M, d), beta=0.0, alpha=scale)
+    dk = torch.baddbmm(zero.expand(B * G, M, d), ds3.transpose(1, 2), q.reshape(B * G, N, d), beta=0.0, alpha=scale)
+    return dq.view(B, G, N, d), dk.view(B, G, M, d), dv, ds
 
 
 class _ExplicitAttention(torch.autograd.Function):
