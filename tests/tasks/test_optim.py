@@ -1,11 +1,12 @@
-"""AdamW groups: which parameters decay, and layer-wise learning-rate scales."""
+"""AdamW groups: which parameters decay, and layer-wise learning-rate scales; the fused optimizer step."""
 import math
 
 import pytest
 import torch
 
 from vision_attn import create_model
-from vision_attn.tasks.optim import layer_ids, param_groups
+from vision_attn.tasks.optim import (OPTIMIZERS, build_optimizer, fused_step_applies, layer_ids,
+                                    lightning_clips_under_autocast, param_groups)
 
 
 def _names(groups, decay: bool) -> set[str]:
@@ -59,3 +60,51 @@ def test_swin_and_resnet_layer_ids():
     assert n == 8 and ids("conv1.weight") == 0 and ids("layer4.1.conv2.weight") == 8 and ids("fc.weight") == 9
     no_decay = _names(param_groups(resnet, weight_decay=0.1), False)
     assert "bn1.weight" in no_decay and "fc.bias" in no_decay and "conv1.weight" not in no_decay
+
+
+def _steps(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], grads: list[list[torch.Tensor]]) -> None:
+    for step in grads:
+        for p, g in zip(params, step):
+            p.grad = g.clone()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("name,hyper", [("adamw", {"lr": 1e-2, "betas": (0.9, 0.99)}),
+                                        ("sgd", {"lr": 1e-2, "momentum": 0.937, "nesterov": True})])
+def test_the_fused_step_updates_as_torchs_default_loop_does(name, hyper):
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(17, 5), (5,), (3, 3, 2, 2)]  # odd sizes: the kernels' vector tails
+    init = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(5)]
+
+    def run(build):
+        params = [torch.nn.Parameter(t.clone()) for t in init]
+        groups = [{"params": params[:1], "weight_decay": 0.05, "lr_scale": 1.0},
+                  {"params": params[1:], "weight_decay": 0.0, "lr_scale": 0.5}]
+        optimizer = build(groups)
+        _steps(optimizer, params, grads)
+        return optimizer, params
+
+    ours, fused = run(lambda groups: build_optimizer(name, groups, **hyper))
+    _, reference = run(lambda groups: OPTIMIZERS[name](groups, **hyper, foreach=False))
+    assert all(g["fused"] for g in ours.param_groups)
+    for a, b in zip(fused, reference):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_no_fused_step_where_lightning_would_refuse_to_clip_or_the_kernels_do_not_run():
+    import pytorch_lightning as pl
+
+    p = torch.nn.Parameter(torch.zeros(3))
+    clipping_bf16 = pl.Trainer(precision="bf16-mixed", gradient_clip_val=1.0, accelerator="cpu", logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert lightning_clips_under_autocast(clipping_bf16)
+    for kwargs in ({"precision": "bf16-mixed"}, {"precision": "32-true", "gradient_clip_val": 1.0}):
+        trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, **kwargs)
+        assert not lightning_clips_under_autocast(trainer), kwargs
+    optimizer = build_optimizer("adamw", [{"params": [p]}], clips_under_autocast=True, lr=1e-3)
+    assert not optimizer.param_groups[0]["fused"]
+    assert not fused_step_applies([{"params": [p]}, {"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))]}])
+    with pytest.raises(ValueError, match="choose one of adamw, sgd"):
+        build_optimizer("lamb", [{"params": [p]}], lr=1e-3)

@@ -1,5 +1,6 @@
 """AdamW parameter groups: no weight decay on norms, biases, tokens and position tables; layer-wise
-learning-rate decay for fine-tuning.
+learning-rate decay for fine-tuning. :func:`build_optimizer`: torch's optimizer over the groups, with
+its fused step where it applies.
 
 Layer ids follow the network's depth: 0 for the stem (patch embedding, tokens, position table; a
 CNN's first convolution), 1..L for the blocks (ViT ``blocks.i``; Swin ``layers.i.blocks.j`` counted
@@ -10,11 +11,20 @@ rate, the stem slowest. timm's schedulers multiply each group's ``lr_scale`` int
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Literal
 
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 
-__all__ = ["layer_ids", "param_groups", "no_weight_decay_names"]
+__all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "OPTIMIZERS", "FUSED_DEVICES", "fused_step_applies",
+           "lightning_clips_under_autocast", "build_optimizer"]
+
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+
+FUSED_DEVICES = ("cpu", "cuda")
+"""Where torch's fused AdamW and SGD kernels run."""
 
 _STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|absolute_pos_embed|rope|conv1|bn1|stem)\b")
 
@@ -93,3 +103,31 @@ def param_groups(model: nn.Module, *, weight_decay: float, layer_decay: float | 
         groups[key]["params"].append(p)
         groups[key]["param_names"].append(name)
     return [groups[k] for k in sorted(groups)]
+
+
+def fused_step_applies(groups: Iterable[dict[str, Any]], clips_under_autocast: bool = False) -> bool:
+    """Whether torch's fused step (one kernel over all parameters) can take the groups: every parameter
+    floating point on a device of :data:`FUSED_DEVICES`, and no gradient clipping under Lightning's
+    mixed precision (``clips_under_autocast``), which refuses to clip for an optimizer that unscales
+    gradients itself, as fused ones do (also in ``bf16-mixed``)."""
+    params = [p for g in groups for p in g["params"]]
+    return (not clips_under_autocast and bool(params)
+            and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params))
+
+
+def lightning_clips_under_autocast(trainer: pl.Trainer) -> bool:
+    """The trainer clips gradients under Lightning's mixed precision (``16-mixed``, ``bf16-mixed``)."""
+    return isinstance(trainer.precision_plugin, MixedPrecision) and bool(trainer.gradient_clip_val)
+
+
+def build_optimizer(name: Literal["adamw", "sgd"], groups: list[dict[str, Any]], *,
+                    clips_under_autocast: bool = False, **hyper: Any) -> torch.optim.Optimizer:
+    """torch's ``name`` optimizer over ``groups`` with ``hyper`` (``lr``, ``betas``, ``momentum``, ...):
+    its fused step where :func:`fused_step_applies`, else torch's default. The update is the same,
+    rounding aside; on the CPU, where torch's default is a loop over the parameters, the fused AdamW
+    step is 3-6x faster (its multi-tensor step is no faster than the loop there; docs/training.md,
+    "The optimizer step")."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
+    fused = fused_step_applies(groups, clips_under_autocast)
+    return OPTIMIZERS[name](groups, **hyper, **({"fused": True} if fused else {}))

@@ -30,7 +30,7 @@ from vision_attn.models import create_model
 from vision_attn.tasks.classify.network import build_network
 from vision_attn.tasks.classify.run import load_classifier
 from vision_attn.tasks.finite import stop_if_not_finite
-from vision_attn.tasks.optim import param_groups
+from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast, param_groups
 
 __all__ = ["ClassificationModule", "is_cnn"]
 
@@ -241,7 +241,8 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         groups = param_groups(self.model, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay)
-        optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas))
+        optimizer = build_optimizer("adamw", groups, clips_under_autocast=lightning_clips_under_autocast(self.trainer),
+                                    lr=hp.lr, betas=tuple(hp.betas))
         total = max(int(self.trainer.estimated_stepping_batches), 1)  # also sets num_training_batches
         batches = self.trainer.num_training_batches
         per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total

@@ -41,6 +41,7 @@ from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.detect.plots import prediction_grid, save_image
 from vision_attn.tasks.detect.schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
+from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast
 
 __all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml", "DEFAULT_YAML"]
 
@@ -322,10 +323,12 @@ class DetectionModule(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         groups = detector_param_groups(self.model, hp.weight_decay)
+        clips = lightning_clips_under_autocast(self.trainer)
         if hp.optimizer == "sgd":
-            optimizer: torch.optim.Optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=hp.momentum, nesterov=True)
+            optimizer = build_optimizer("sgd", groups, clips_under_autocast=clips, lr=hp.lr, momentum=hp.momentum,
+                                        nesterov=True)
         elif hp.optimizer == "adamw":
-            optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=(hp.momentum, 0.999))
+            optimizer = build_optimizer("adamw", groups, clips_under_autocast=clips, lr=hp.lr, betas=(hp.momentum, 0.999))
         else:
             raise ConfigError(f"model.optimizer={hp.optimizer!r}: choose sgd or adamw")
         total = max(int(self.trainer.estimated_stepping_batches), 1)
