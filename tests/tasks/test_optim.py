@@ -108,3 +108,29 @@ def test_no_fused_step_where_lightning_would_refuse_to_clip_or_the_kernels_do_no
     assert not fused_step_applies([{"params": [p]}, {"params": [torch.nn.Parameter(torch.zeros(2, device="meta"))]}])
     with pytest.raises(ValueError, match="choose one of adamw, sgd"):
         build_optimizer("lamb", [{"params": [p]}], lr=1e-3)
+
+
+def test_a_resumed_state_keeps_the_step_the_optimizer_was_built_with():
+    gen = torch.Generator().manual_seed(1)
+    init = torch.randn(9, 7, generator=gen)
+    grads = [[torch.randn(9, 7, generator=gen)] for _ in range(5)]
+
+    def params():
+        return [torch.nn.Parameter(init.clone())]
+
+    reference = params()
+    _steps(torch.optim.AdamW(reference, lr=1e-2, foreach=False), reference, grads)
+    # two steps with torch's default loop (a checkpoint from before the fused step), three fused after it
+    first = params()
+    loop = torch.optim.AdamW(first, lr=1e-2, foreach=False)
+    _steps(loop, first, grads[:2])
+    resumed = build_optimizer("adamw", [{"params": first}], lr=1e-2)
+    resumed.load_state_dict(loop.state_dict())
+    assert resumed.param_groups[0]["fused"] is True
+    _steps(resumed, first, grads[2:])
+    torch.testing.assert_close(first[0], reference[0], rtol=1e-6, atol=1e-7)
+    # a fused state continued where Lightning would refuse to clip for a fused step: torch's default step
+    refusing = build_optimizer("adamw", [{"params": first}], clips_under_autocast=True, lr=1e-2)
+    refusing.load_state_dict(resumed.state_dict())
+    assert not refusing.param_groups[0]["fused"] and len(refusing.state) == 1
+    refusing.step()

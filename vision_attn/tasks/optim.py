@@ -18,8 +18,8 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 
-__all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "OPTIMIZERS", "FUSED_DEVICES", "fused_step_applies",
-           "lightning_clips_under_autocast", "build_optimizer"]
+__all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "OPTIMIZERS", "FUSED_DEVICES", "STEP_KEYS",
+           "fused_step_applies", "lightning_clips_under_autocast", "build_optimizer"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
@@ -130,4 +130,21 @@ def build_optimizer(name: Literal["adamw", "sgd"], groups: list[dict[str, Any]],
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
     fused = fused_step_applies(groups, clips_under_autocast)
-    return OPTIMIZERS[name](groups, **hyper, **({"fused": True} if fused else {}))
+    optimizer = OPTIMIZERS[name](groups, **hyper, **({"fused": True} if fused else {}))
+    optimizer.register_load_state_dict_pre_hook(_keep_own_step)
+    return optimizer
+
+
+STEP_KEYS = ("fused", "foreach")
+"""The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
+
+
+def _keep_own_step(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A resumed optimizer state keeps the step this optimizer was built with: a checkpoint written
+    with torch's default step (before the fused one, or on another machine) resumes fused, and a
+    fused one resumes where Lightning would refuse to clip for it (a run continued under mixed
+    precision) with torch's default step. Runs before the state's tensors are placed, which follows
+    these keys."""
+    groups = [{**saved, **{k: own.get(k) for k in STEP_KEYS}}
+              for saved, own in zip(state_dict["param_groups"], optimizer.param_groups)]
+    return {**state_dict, "param_groups": groups + state_dict["param_groups"][len(groups):]}
