@@ -26,6 +26,9 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW
 FUSED_DEVICES = ("cpu", "cuda")
 """Where torch's fused AdamW and SGD kernels run."""
 
+STEP_KEYS = ("fused", "foreach")
+"""The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
+
 _STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|absolute_pos_embed|rope|conv1|bn1|stem)\b")
 
 
@@ -133,10 +136,6 @@ def build_optimizer(name: Literal["adamw", "sgd"], groups: list[dict[str, Any]],
     optimizer = OPTIMIZERS[name](groups, **hyper, **({"fused": True} if fused else {}))
     optimizer.register_load_state_dict_pre_hook(_keep_own_step)
     return optimizer
-
-
-STEP_KEYS = ("fused", "foreach")
-"""The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
 
 
 def _keep_own_step(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
