@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
-"""The optimisers a timed training step can end with (learning rate 1e-4, PyTorch's defaults otherwise)."""
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+"""torch's optimisers by name: what a timed training step can end with (learning rate 1e-4, PyTorch's defaults
+otherwise), and what the trainers build (:func:`vision_attn.tasks.optim.build_optimizer`)."""
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 
-__all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "OPTIMIZERS", "FUSED_DEVICES", "STEP_KEYS",
-           "fused_step_applies", "lightning_clips_under_autocast", "build_optimizer"]
+from vision_attn.analysis.benchmark import OPTIMIZERS  # the project's one table of optimizers by name
 
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+__all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "FUSED_DEVICES", "STEP_KEYS",
+           "fused_step_applies", "lightning_clips_under_autocast", "build_optimizer"]
 
 FUSED_DEVICES = ("cpu", "cuda")
 """Where torch's fused AdamW and SGD kernels run."""
