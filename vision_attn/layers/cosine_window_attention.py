@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.layers.patch_embed import to_2tuple
-from vision_attn.layers.window_attention import WindowAttention, _tracing
+from vision_attn.layers.tables import Tables, tracing
+from vision_attn.layers.window_attention import WindowAttention
 
 __all__ = ["CosineWindowAttention", "TorchvisionCosineWindowAttention", "log_spaced_coords", "LOGIT_SCALE_MAX"]
 
@@ -68,7 +69,7 @@ class CosineWindowAttention(WindowAttention):
         super().__init__(dim, num_heads, window_size, qkv_bias=False, attn_drop=attn_drop, proj_drop=proj_drop)
         self.pretrained_window_size = to_2tuple(pretrained_window_size)
         self._init_qkv_bias(qkv_bias)
-        self._coords: dict[torch.device, torch.Tensor] = {}
+        self._coords = Tables()  # device -> the offsets the bias MLP takes
         self._bias_cache: tuple[tuple, torch.Tensor] | None = None
 
     def _init_position_bias(self) -> None:
@@ -93,7 +94,7 @@ class CosineWindowAttention(WindowAttention):
         the storage and version counter of each MLP parameter, so that an optimiser step or a
         ``load_state_dict`` (both write in place) recomputes it."""
         params = tuple(self.cpb_mlp.parameters())
-        if _tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
+        if tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
             return self._continuous_bias()
         key = tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
         if self._bias_cache is None or self._bias_cache[0] != key:
@@ -103,12 +104,8 @@ class CosineWindowAttention(WindowAttention):
 
     def _continuous_bias(self) -> torch.Tensor:
         device = self.logit_scale.device
-        coords = self._coords.get(device)
-        if coords is None:
-            with torch.inference_mode(False):
-                coords = log_spaced_coords(self.window_size, self.pretrained_window_size, device)
-            if not _tracing(self.logit_scale):
-                self._coords[device] = coords
+        coords = self._coords.get(device, lambda: log_spaced_coords(self.window_size, self.pretrained_window_size, device),
+                                  self.logit_scale)
         table = self.cpb_mlp(coords.to(self.logit_scale.dtype))  # (T, heads)
         return 16 * torch.sigmoid(self._gather_bias(table))
 
@@ -123,7 +120,7 @@ class CosineWindowAttention(WindowAttention):
         h = self.num_heads
         qkv = qkv.view(B, N, G // h, h, 3, d)
         factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
-        if not _tracing(qkv) and not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
+        if not tracing(qkv) and not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
             # inference: scale q and k in place in the projection's fresh output (one pass, no new tensor)
             qk = qkv[..., :2, :]
             norm = torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min_(1e-12)  # (B, N, nW, heads, 2, 1)

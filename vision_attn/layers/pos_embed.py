@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.tables import Tables
 
 PosEmbedKind = Literal["learn", "sincos2d", "rope", "none"]
 POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "none")
@@ -84,11 +85,10 @@ class Rope2D(nn.Module):
             raise ConfigError(f"rope position embedding needs a head dimension divisible by 4, got {head_dim}")
         self.head_dim = head_dim
         self.theta = theta
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._tables = Tables()
 
     def forward(self, grid: tuple[int, int], device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (tuple(grid), device, dtype)
-        if key not in self._cache:
+        def build() -> tuple[torch.Tensor, torch.Tensor]:
             h, w = grid
             quarter = self.head_dim // 4
             freqs = 1.0 / self.theta ** (torch.arange(quarter, device=device, dtype=torch.float32) / quarter)  # (d/4,)
@@ -96,8 +96,8 @@ class Rope2D(nn.Module):
                                   torch.arange(w, device=device, dtype=torch.float32), indexing="ij")
             ang = torch.cat([y.flatten()[:, None] * freqs, x.flatten()[:, None] * freqs], dim=1)  # (H*W, d/2)
             ang = torch.cat([ang, ang], dim=1)  # (H*W, d): rotate-half pairs channel i with i + d/2
-            self._cache[key] = (ang.cos().to(dtype), ang.sin().to(dtype))
-        return self._cache[key]
+            return ang.cos().to(dtype), ang.sin().to(dtype)
+        return self._tables.get((tuple(grid), device, dtype), build, *grid)
 
 
 def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

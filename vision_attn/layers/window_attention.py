@@ -26,9 +26,10 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.layers.attention import attend
-from vision_attn.layers.linear import capturing_graph, linear
+from vision_attn.layers.linear import linear
 from vision_attn.layers.softmax_attention import attention_backward, attention_forward, use_explicit
 from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.tables import Tables, tracing
 
 __all__ = [
     "window_partition", "window_reverse", "window_index", "gather_tokens", "relative_position_index", "region_mask",
@@ -36,12 +37,6 @@ __all__ = [
 ]
 
 MASK_VALUE = -100.0  # what the official code, timm and torchvision add between regions (not -inf)
-
-
-def _tracing(*values: object) -> bool:
-    """Inside torch.compile, torch.export, jit tracing or ONNX export, or any of ``values`` a torch.fx
-    proxy (symbolic tracing): build, do not cache, do not write in place."""
-    return capturing_graph() or any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
 def _exporting() -> bool:
@@ -137,30 +132,18 @@ class _GatherTokens(torch.autograd.Function):
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
     """Tokens (B, L, C) reordered by the permutation ``index`` (L,); ``inverse`` undoes it."""
-    if _tracing() or not (torch.is_grad_enabled() and x.requires_grad):
+    if tracing() or not (torch.is_grad_enabled() and x.requires_grad):
         return x.index_select(1, index)
     return _GatherTokens.apply(x, index, inverse)
 
 
-class ShiftedWindows:
-    """What a stage needs to cut its maps into (shifted) windows, built once per map size and cached
-    in plain dicts (not buffers: never saved, never moved by ``.to``); shared by a stage's blocks.
+class ShiftedWindows(Tables):
+    """What a stage needs to cut its maps into (shifted) windows, built once per map size
+    (:class:`~vision_attn.layers.tables.Tables`) and shared by a stage's blocks.
 
     :meth:`index` gives the gather order of :func:`window_index` and its inverse; :meth:`mask` the
-    region mask (nW, N, N) of :func:`region_mask`. While a model is compiled, traced or exported they
-    are built in the graph instead.
+    region mask (nW, N, N) of :func:`region_mask`.
     """
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple, object] = {}
-
-    def _get(self, key: tuple, build):
-        if _tracing():
-            return build()
-        if key not in self._cache:
-            with torch.inference_mode(False):  # cached for later passes, which may record gradients
-                self._cache[key] = build()
-        return self._cache[key]
 
     def index(self, size: tuple[int, int], window: tuple[int, int], shift: tuple[int, int], roll_before_pad: bool,
               token_major: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,19 +152,13 @@ class ShiftedWindows:
             index = window_index(size, window, shift, roll_before_pad, token_major, device)
             return index, torch.argsort(index)
         key = ("index", tuple(size), tuple(window), tuple(shift), roll_before_pad, token_major, device)
-        return self._get(key, build)
+        return self.get(key, build)
 
     def mask(self, padded: tuple[int, int], window: tuple[int, int], shift: tuple[int, int],
              device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         """The region mask (nW, N, N) of a map padded to ``padded``."""
-        return self._get(("mask", tuple(padded), tuple(window), tuple(shift), device, dtype),
-                         lambda: region_mask(padded, window, shift, device, dtype))
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    def clear(self) -> None:
-        self._cache.clear()
+        return self.get(("mask", tuple(padded), tuple(window), tuple(shift), device, dtype),
+                        lambda: region_mask(padded, window, shift, device, dtype))
 
 
 def _interp_matrix(src: int, dst: int) -> torch.Tensor:
@@ -305,7 +282,7 @@ def attend_packed(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0,
                   and (qkv.requires_grad or mask.requires_grad))
     if needs_grad and not keep_weights:
         if (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dtype in (torch.float32, torch.bfloat16)
-                and not _tracing() and not isinstance(qkv, torch._subclasses.FakeTensor)):
+                and not tracing() and not isinstance(qkv, torch._subclasses.FakeTensor)):
             return _PackedBiasedAttention.apply(qkv, mask), None
         if mask.requires_grad:  # a full-size mask: the fused kernels differentiate it without a broadcast reduction
             mask = mask.expand(q.shape[0], -1, -1, -1)
@@ -362,7 +339,7 @@ class WindowAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.keep_weights = False
         self.weights = None
-        self._index: dict[torch.device, torch.Tensor] = {}
+        self._index = Tables()  # device -> the pair index into the table
 
     def _init_position_bias(self) -> None:
         """The learned table ((2wh-1)*(2ww-1), heads) of relative position biases."""
@@ -373,12 +350,7 @@ class WindowAttention(nn.Module):
     def _gather_bias(self, table: torch.Tensor) -> torch.Tensor:
         """A table ((2wh-1)*(2ww-1), heads) -> the bias (heads, N, N) of each pair of tokens of a window."""
         device = table.device
-        index = self._index.get(device)
-        if index is None:
-            with torch.inference_mode(False):  # cached: usable by later passes that record gradients
-                index = relative_position_index(self.window_size, device).flatten()  # (N*N,)
-            if not _tracing(table):
-                self._index[device] = index
+        index = self._index.get(device, lambda: relative_position_index(self.window_size, device).flatten(), table)  # (N*N,)
         n = self.window_size[0] * self.window_size[1]
         bias = table[index]  # (N*N, heads)
         # contiguous: the GPU's fused kernels take a mask only with unit stride along its last dimension

@@ -34,6 +34,7 @@ from vision_attn.layers import (
     sincos_2d,
 )
 from vision_attn.layers.pos_embed import check_pos_embed_kind
+from vision_attn.layers.tables import Tables
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
@@ -155,6 +156,7 @@ class VisionTransformer(TimmContract, nn.Module):
         embed_len = self.patch_embed.num_patches + (0 if self.no_embed_class else self.num_prefix_tokens)
         self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
         self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
+        self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
         self.pos_drop = nn.Dropout(drop_rate)
 
         dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # rises linearly; cpu: builds under a meta device
@@ -233,7 +235,8 @@ class VisionTransformer(TimmContract, nn.Module):
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
             pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.patch_embed.grid_size, n_pos_prefix)
         elif self.pos_embed_kind == "sincos2d":
-            pos = sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None]  # (1, h*w, D)
+            pos = self._sincos.get((h, w, D, x.device, x.dtype),
+                                   lambda: sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None], x)  # (1, h*w, D)
         else:
             pos = None
         if pos is not None and self.no_embed_class:
