@@ -1,6 +1,7 @@
 """The oneDNN paths of layers.linear (inference and training): same numbers as F.linear, taken only where they are a drop-in."""
 import importlib
 import json
+import math
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from torch import nn
 
 import vision_attn
 from vision_attn.layers import Mlp, linear, set_onednn_linear
-from vision_attn.layers.linear import KernelPlan, _onednn_works, measure_kernels, training_kernels
+from vision_attn.layers.linear import KernelPlan, _onednn_works, crossover, measure_kernels, training_kernels
 from vision_attn.layers.window_attention import _Affine
 
 from tests.ops import OpLog, printed_with_fast_paths_off
@@ -85,8 +86,8 @@ ALL_ONEDNN = KernelPlan("onednn", "onednn", "onednn", {})
 ALL_ATEN = KernelPlan("aten", "aten", "aten", {})
 
 
-def uses_onednn(plan: KernelPlan) -> bool:
-    return "onednn" in (plan.forward, plan.input_grad, plan.weight_grad)
+def uses_onednn(plan: KernelPlan, macs: int) -> bool:
+    return plan.any_onednn(macs)
 
 
 def grads_of(fn, *tensors, grad_out=None):
@@ -110,7 +111,7 @@ def test_training_path_gradients_equal_f_linear(monkeypatch, plan, act, dtype, s
     with OpLog() as log:
         y, grads, g = grads_of(lambda: linear(x, layer, act), *params)
     used = plan if plan is not None else training_kernels(dtype)  # measured: whatever this machine chose
-    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(used)
+    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(used, x.numel() * out)
     ref_y, ref_grads, _ = grads_of(lambda: (act or nn.Identity())(F.linear(x, layer.weight, layer.bias)), *params,
                                    grad_out=g)
     # fp32: the same products summed in another order; bf16: one rounding of the bf16 result
@@ -152,7 +153,7 @@ def test_training_path_under_bf16_autocast_matches_f_linear(monkeypatch, plan):
         with OpLog() as log:
             y, grads, g = grads_of(lambda: linear(x, layer, nn.GELU()), *params)
         ref_y, ref_grads, _ = grads_of(lambda: F.gelu(F.linear(x, layer.weight, layer.bias)), *params, grad_out=g)
-    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(plan)
+    assert ("mkldnn._linear_pointwise" in log.ops) == uses_onednn(plan, x.numel() * 80)
     assert y.dtype == ref_y.dtype == torch.bfloat16
     torch.testing.assert_close(y, ref_y, atol=2e-2, rtol=1e-2)
     for got, ref in zip(grads, ref_grads):
@@ -234,6 +235,56 @@ def test_self_check_chooses_the_faster_kernel_and_never_a_wrong_one(monkeypatch)
     assert plan.seconds["weight_grad"] == pytest.approx({"aten": 0.1, "onednn": 1.0})
 
 
+def test_crossover_is_where_the_fitted_lines_meet():
+    # ATen 1 s at 1 multiply-add and 10 s at 101; oneDNN 2 and 5: the lines 1 + 0.09 m and 2 + 0.03 m
+    # (m from 1) meet at 1 + 1/0.06 = 17.7
+    assert crossover({"aten": 1.0, "onednn": 2.0}, {"aten": 10.0, "onednn": 5.0}, 1, 101) == 18
+    assert crossover({"aten": 2.0, "onednn": 1.0}, {"aten": 10.0, "onednn": 5.0}, 1, 101) == 0  # oneDNN wins both
+
+
+@needs_onednn
+def test_self_check_measures_the_size_from_which_onednn_wins(monkeypatch):
+    now = [0.0]  # each kernel advances this clock by a fixed cost plus a cost per multiply-add
+
+    def costs(fn, fixed, per_mac):
+        def run(a, b, *rest):
+            out = fn(a, b, *rest)
+            macs = math.isqrt(a.numel() * b.numel() * out.numel())  # (M*K*N)^2 for all three products
+            now[0] += fixed + per_mac * macs
+            return out
+        return run
+
+    kernels = {p: {"aten": costs(ks["aten"], 1.0, 0.002), "onednn": costs(ks["onednn"], 3.0, 0.001)}
+               for p, ks in linear_module.KERNELS.items()}
+    monkeypatch.setattr(linear_module, "KERNELS", kernels)
+    plan = measure_kernels(torch.float32, shape=(16, 24, 40), rounds=3, clock=lambda: now[0], small_shape=(4, 8, 16))
+    assert (plan.forward, plan.input_grad, plan.weight_grad) == ("onednn", "onednn", "onednn")
+    assert plan.small_seconds["forward"] == pytest.approx({"aten": 1.0 + 0.002 * 512, "onednn": 3.0 + 0.001 * 512})
+    for product in linear_module.KERNELS:  # 1 + 0.002 m = 3 + 0.001 m at m = 2000
+        assert plan.onednn_from[product] in (2000, 2001)
+        assert not plan.uses_onednn(product, 1999) and plan.uses_onednn(product, 2001)
+
+
+@needs_onednn
+def test_layers_below_the_crossover_train_through_the_standard_ops(monkeypatch):
+    plan = KernelPlan("onednn", "onednn", "onednn", {}, onednn_from=dict(forward=1000, input_grad=4000, weight_grad=4000))
+    monkeypatch.setattr(linear_module, "training_kernels", lambda dtype: plan)
+    torch.manual_seed(0)
+    layer = nn.Linear(10, 30)
+    small, medium = torch.randn(3, 10, requires_grad=True), torch.randn(5, 10, requires_grad=True)
+    with OpLog() as log:  # 900 multiply-adds: below every product's crossover
+        y = linear(small, layer, nn.GELU())
+    assert "mkldnn._linear_pointwise" not in log.ops and "_Linear" not in type(y.grad_fn).__name__
+    with OpLog() as fwd:  # 1500: the forward above its crossover, the gradients below theirs
+        y = linear(medium, layer, nn.GELU())
+    with OpLog() as bwd:
+        grads = torch.autograd.grad(y.sum(), (medium, layer.weight))
+    assert "mkldnn._linear_pointwise" in fwd.ops and "mkldnn._linear_pointwise" not in bwd.ops
+    ref = torch.autograd.grad(F.gelu(F.linear(medium, layer.weight, layer.bias)).sum(), (medium, layer.weight))
+    for got, want in zip(grads, ref):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @needs_onednn
 def test_self_checks_first_run_under_bf16_autocast_still_measure_the_kernels_themselves():
     # a model's first call is often under autocast (a bf16 benchmark, bf16-mixed training): the checks
@@ -284,7 +335,9 @@ def test_the_choice_is_kept_in_the_cache_so_later_runs_make_the_same(monkeypatch
         monkeypatch.setattr(linear_module, "measure_kernels", no_measuring)
         assert training_kernels(torch.bfloat16) == plan
 
-        stored[key]["forward"] = "mkl"  # a damaged entry is measured again
+        for damage in ({"forward": "mkl"}, {"onednn_from": {"forward": -1}}, {"onednn_from": {"fwd": 0}}):
+            assert linear_module._stored_plan({**stored[key], **damage}) is None
+        del stored[key]["onednn_from"]  # an entry from before the crossover was measured: measured again
         (tmp_path / linear_module.PLANS_FILE).write_text(json.dumps(stored))
         linear_module._plan.cache_clear()
         monkeypatch.setattr(linear_module, "measure_kernels", lambda dtype, clock: ALL_ATEN)

@@ -12,7 +12,10 @@ Training: when autograd records a graph, :class:`_Linear` (a ``torch.autograd.Fu
 three products of a linear layer (forward ``x W^T + b``, input gradient ``g W``, weight gradient
 ``g^T x``) each through oneDNN or through ATen's kernel (MKL's GEMM), whichever :func:`training_kernels`
 measured to be faster on this machine, once per dtype and thread count; the choice is kept in the
-user's cache folder, so that later runs make the same one (a run is then deterministic). The forward keeps the
+user's cache folder, so that later runs make the same one (a run is then deterministic). oneDNN costs
+more per call than ATen (about 13 against a few microseconds here), so a product chosen for oneDNN
+runs there only from the size where the two kernels' measured times cross (fitted from a large and a
+small product); a layer whose three products are all below it trains through the standard ops. The forward keeps the
 pre-activation for GELU's backward, so there the GELU is a separate pass (as in ``nn.Linear`` +
 ``nn.GELU``); the bias is fused. What it gains depends on the machine and its load (docs/benchmarks.md,
 "Training step on the CPU"). Second derivatives (``create_graph=True``) are computed through the
@@ -33,11 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -129,19 +133,43 @@ on the CPU)."""
 CHECK_SHAPE = (256, 384, 1536)
 """(M, K, N) of the products that :func:`training_kernels` times: ViT-S's MLP at 256 tokens."""
 
+SMALL_SHAPE = (16, 128, 384)
+"""(M, K, N) of the small products it also times (a width-128 layer at 16 tokens): with
+:data:`CHECK_SHAPE`, the two sizes from which each kernel's fixed cost per call and cost per
+multiply-add are fitted, and so the size below which oneDNN's larger fixed cost loses."""
+
+SMALL_REPEAT = 20
+"""Calls per timing at :data:`SMALL_SHAPE` (one call there takes tens of microseconds)."""
+
 
 @dataclass(frozen=True)
 class KernelPlan:
     """The kernel (``"onednn"`` or ``"aten"``) that computes each product of a training step, as
-    chosen by :func:`training_kernels`; ``seconds``: product -> kernel -> median seconds measured."""
+    chosen by :func:`training_kernels`.
+
+    ``forward``, ``input_grad``, ``weight_grad``: the choice at :data:`CHECK_SHAPE`; a product chosen
+    ``"onednn"`` runs through oneDNN only from ``onednn_from[product]`` multiply-adds (M*K*N) on
+    (missing: every size), through ATen below. ``seconds`` and ``small_seconds``: product -> kernel ->
+    median seconds per call measured at :data:`CHECK_SHAPE` and :data:`SMALL_SHAPE`.
+    """
 
     forward: str
     input_grad: str
     weight_grad: str
     seconds: dict[str, dict[str, float]]
+    small_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    onednn_from: dict[str, int] = field(default_factory=dict)
 
-    def kernel(self, product: str) -> Callable[..., torch.Tensor]:
-        return KERNELS[product][getattr(self, product)]
+    def uses_onednn(self, product: str, macs: int) -> bool:
+        """Whether a product of ``macs`` multiply-adds runs through oneDNN."""
+        return getattr(self, product) == "onednn" and macs >= self.onednn_from.get(product, 0)
+
+    def kernel(self, product: str, macs: int) -> Callable[..., torch.Tensor]:
+        return KERNELS[product]["onednn" if self.uses_onednn(product, macs) else "aten"]
+
+    def any_onednn(self, macs: int) -> bool:
+        """Whether any of a layer's three products of ``macs`` multiply-adds each runs through oneDNN."""
+        return any(self.uses_onednn(product, macs) for product in KERNELS)
 
 
 def _agrees(out: torch.Tensor, ref: torch.Tensor) -> bool:
@@ -150,29 +178,50 @@ def _agrees(out: torch.Tensor, ref: torch.Tensor) -> bool:
 
 
 def median_seconds(calls: dict[str, Callable[[], object]], rounds: int,
-                   clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """name -> median seconds of ``calls[name]()`` over ``rounds`` rounds, the order of the calls
-    reversed every other round (what the self-checks time their candidates with)."""
+                   clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, float]:
+    """name -> median seconds of one ``calls[name]()`` (timed ``repeat`` calls at a time) over
+    ``rounds`` rounds, the order of the calls reversed every other round (what the self-checks time
+    their candidates with)."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for r in range(rounds):
         for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
             start = clock()
-            calls[name]()
-            times[name].append(clock() - start)
+            for _ in range(repeat):
+                calls[name]()
+            times[name].append((clock() - start) / repeat)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, int] = CHECK_SHAPE,
-                    rounds: int = 5, clock: Callable[[], float] = time.perf_counter) -> KernelPlan:
-    """Time each product's two kernels on random ``shape`` operands in ``dtype``, alternating their
-    order every round, and choose the faster by the median; a oneDNN result that does not agree with
-    ATen's (relative to the largest entry: 1e-5 in fp32, 1e-2 in bf16) is never chosen."""
+def crossover(small: dict[str, float], large: dict[str, float], small_macs: int, large_macs: int) -> int:
+    """The multiply-adds from which oneDNN is faster, for a product whose oneDNN kernel won at
+    ``large_macs``: each kernel's time fitted as a fixed cost plus a cost per multiply-add through its
+    times (seconds) at the two sizes, and the lines intersected; 0 where oneDNN also won the small size."""
+    lead_small = small["aten"] - small["onednn"]  # oneDNN's lead, linear in the size
+    lead_large = large["aten"] - large["onednn"]
+    if lead_small > 0:
+        return 0
+    return math.ceil(small_macs + -lead_small * (large_macs - small_macs) / (lead_large - lead_small))
+
+
+def product_operands(dtype: torch.dtype, shape: tuple[int, int, int]) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Random operands of each product for ``shape`` (M, K, N)."""
     M, K, N = shape
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(0)  # not the global stream: a training run's draws stay as they were
     x, w, g = (torch.randn(*s, generator=gen).to(dtype) for s in ((M, K), (N, K), (M, N)))
     b = torch.randn(N, generator=gen).to(dtype)
-    operands = {"forward": (x, w, b), "input_grad": (g, w), "weight_grad": (g, x)}
-    choice, seconds = {}, {}
+    return {"forward": (x, w, b), "input_grad": (g, w), "weight_grad": (g, x)}
+
+
+def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, int] = CHECK_SHAPE,
+                    rounds: int = 5, clock: Callable[[], float] = time.perf_counter,
+                    small_shape: tuple[int, int, int] = SMALL_SHAPE) -> KernelPlan:
+    """Time each product's two kernels on random ``shape`` operands in ``dtype``, alternating their
+    order every round, and choose the faster by the median; a oneDNN result that does not agree with
+    ATen's (relative to the largest entry: 1e-5 in fp32, 1e-2 in bf16) is never chosen. Where oneDNN
+    is chosen, both are timed again at ``small_shape`` and the size from which oneDNN is faster is
+    fitted (:func:`crossover`)."""
+    operands, small_operands = product_operands(dtype, shape), product_operands(dtype, small_shape)
+    choice, seconds, small_seconds, onednn_from = {}, {}, {}, {}
     with self_check_context():
         for product, args in operands.items():
             kernels = KERNELS[product]
@@ -182,7 +231,13 @@ def measure_kernels(dtype: torch.dtype = torch.float32, shape: tuple[int, int, i
             seconds[product] = median_seconds({k: functools.partial(fn, *args) for k, fn in kernels.items()},
                                               rounds, clock)
             choice[product] = min(seconds[product], key=seconds[product].__getitem__)
-    return KernelPlan(**choice, seconds=seconds)
+            if choice[product] == "onednn":
+                small = small_operands[product]
+                small_seconds[product] = median_seconds({k: functools.partial(fn, *small) for k, fn in kernels.items()},
+                                                        rounds, clock, SMALL_REPEAT)
+                onednn_from[product] = crossover(small_seconds[product], seconds[product],
+                                                 math.prod(small_shape), math.prod(shape))
+    return KernelPlan(**choice, seconds=seconds, small_seconds=small_seconds, onednn_from=onednn_from)
 
 
 PLANS_FILE = "linear_kernels.json"
@@ -217,10 +272,13 @@ def _read_plans(path: Path) -> dict[str, Any]:
 
 def _stored_plan(entry: Any) -> KernelPlan | None:
     try:
-        plan = KernelPlan(entry["forward"], entry["input_grad"], entry["weight_grad"], dict(entry["seconds"]))
-    except (KeyError, TypeError, ValueError):
+        plan = KernelPlan(entry["forward"], entry["input_grad"], entry["weight_grad"], dict(entry["seconds"]),
+                          dict(entry["small_seconds"]), dict(entry["onednn_from"]))
+    except (KeyError, TypeError, ValueError):  # also an entry from before the crossover was measured
         return None
-    return plan if all(getattr(plan, p) in KERNELS[p] for p in KERNELS) else None
+    valid = (all(getattr(plan, p) in KERNELS[p] for p in KERNELS)
+             and all(p in KERNELS and type(n) is int and n >= 0 for p, n in plan.onednn_from.items()))
+    return plan if valid else None
 
 
 def cached_measurement(key: str, measure: Callable[[], dict[str, Any]], valid: Callable[[Any], bool]) -> dict[str, Any]:
@@ -266,9 +324,10 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 approximate: str | None, plan: KernelPlan) -> torch.Tensor:
-        h = plan.kernel("forward")(x, weight, bias)
+        macs = x.numel() * weight.shape[0]  # M*K*N of each of the three products
+        h = plan.kernel("forward", macs)(x, weight, bias)
         ctx.save_for_backward(x, weight, bias, h if approximate is not None else None)
-        ctx.approximate, ctx.plan = approximate, plan
+        ctx.approximate, ctx.plan, ctx.macs = approximate, plan, macs
         return h if approximate is None else F.gelu(h, approximate=approximate)
 
     @staticmethod
@@ -285,8 +344,8 @@ class _Linear(torch.autograd.Function):
         if h is not None:
             grad = torch.ops.aten.gelu_backward(grad, h, approximate=ctx.approximate)
         g = grad.reshape(-1, grad.shape[-1])
-        dx = ctx.plan.kernel("input_grad")(g, weight).view(x.shape) if need_x else None
-        dw = ctx.plan.kernel("weight_grad")(g, x.reshape(-1, x.shape[-1])) if need_w else None
+        dx = ctx.plan.kernel("input_grad", ctx.macs)(g, weight).view(x.shape) if need_x else None
+        dw = ctx.plan.kernel("weight_grad", ctx.macs)(g, x.reshape(-1, x.shape[-1])) if need_w else None
         db = g.sum(0) if need_b else None
         return dx, dw, db, None, None
 
@@ -333,6 +392,9 @@ def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> t
         y = layer(x)
         return y if act is None else act(y)
     mode = _mode(x, layer.weight)
+    if mode == "training":  # the products of a small layer all below oneDNN's crossover: the standard ops
+        dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") else x.dtype
+        mode = mode if training_kernels(dtype).any_onednn(x.numel() * layer.weight.shape[0]) else None
     if mode is None:
         y = F.linear(x, layer.weight, layer.bias)
         return y if act is None else act(y)
