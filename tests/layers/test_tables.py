@@ -53,5 +53,7 @@ def test_position_tables_from_an_inference_pass_serve_a_training_pass(pos_embed)
     out.sum().backward()
     torch.testing.assert_close(out.detach(), first)
     assert all(p.grad is not None for p in model.parameters())
+    tables = model.rope._tables if pos_embed == "rope" else model._sincos
+    assert len(tables) == 1  # built once, by the first pass, for both
     fresh = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, pos_embed=pos_embed, num_classes=3)
     assert model.state_dict().keys() == fresh.state_dict().keys()  # the tables are not in the state dict

@@ -198,6 +198,8 @@ def crossover(small: dict[str, float], large: dict[str, float], small_macs: int,
     times (seconds) at the two sizes, and the lines intersected; 0 where oneDNN also won the small size."""
     lead_small = small["aten"] - small["onednn"]  # oneDNN's lead, linear in the size
     lead_large = large["aten"] - large["onednn"]
+    if not lead_large > 0:
+        raise ValueError(f"oneDNN did not win at {large_macs} multiply-adds: there is no size from which it is faster")
     if lead_small > 0:
         return 0
     return math.ceil(small_macs + -lead_small * (large_macs - small_macs) / (lead_large - lead_small))
@@ -273,12 +275,16 @@ def _read_plans(path: Path) -> dict[str, Any]:
 def _stored_plan(entry: Any) -> KernelPlan | None:
     try:
         plan = KernelPlan(entry["forward"], entry["input_grad"], entry["weight_grad"], dict(entry["seconds"]),
-                          dict(entry["small_seconds"]), dict(entry["onednn_from"]))
+                          dict(entry["small_seconds"]), entry["onednn_from"])
     except (KeyError, TypeError, ValueError):  # also an entry from before the crossover was measured
         return None
-    valid = (all(getattr(plan, p) in KERNELS[p] for p in KERNELS)
-             and all(p in KERNELS and type(n) is int and n >= 0 for p, n in plan.onednn_from.items()))
-    return plan if valid else None
+    chosen = [getattr(plan, p) for p in KERNELS]
+    if not (all(isinstance(k, str) and k in KERNELS[p] for p, k in zip(KERNELS, chosen))
+            and isinstance(plan.onednn_from, dict)
+            and all(p in KERNELS and type(n) is int and n >= 0 for p, n in plan.onednn_from.items())
+            and all(p in plan.onednn_from for p, k in zip(KERNELS, chosen) if k == "onednn")):
+        return None  # measured again
+    return plan
 
 
 def cached_measurement(key: str, measure: Callable[[], dict[str, Any]], valid: Callable[[Any], bool]) -> dict[str, Any]:
