@@ -325,12 +325,11 @@ def training_kernels(dtype: torch.dtype = torch.float32) -> KernelPlan:
 
 class _Linear(torch.autograd.Function):
     """``act(x W^T + b)`` with act GELU (``approximate`` "none" or "tanh") or none, each product
-    through the kernel ``plan`` names."""
+    (``macs`` multiply-adds, M*K*N) through the kernel ``plan`` names for its size."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                approximate: str | None, plan: KernelPlan) -> torch.Tensor:
-        macs = x.numel() * weight.shape[0]  # M*K*N of each of the three products
+                approximate: str | None, plan: KernelPlan, macs: int) -> torch.Tensor:
         h = plan.kernel("forward", macs)(x, weight, bias)
         ctx.save_for_backward(x, weight, bias, h if approximate is not None else None)
         ctx.approximate, ctx.plan, ctx.macs = approximate, plan, macs
@@ -346,14 +345,14 @@ class _Linear(torch.autograd.Function):
             y = y if ctx.approximate is None else F.gelu(y, approximate=ctx.approximate)
             grads = iter(torch.autograd.grad(y, inputs, grad, create_graph=True))
             return (next(grads) if need_x else None, next(grads) if need_w else None,
-                    next(grads) if need_b else None, None, None)
+                    next(grads) if need_b else None, None, None, None)
         if h is not None:
             grad = torch.ops.aten.gelu_backward(grad, h, approximate=ctx.approximate)
         g = grad.reshape(-1, grad.shape[-1])
         dx = ctx.plan.kernel("input_grad", ctx.macs)(g, weight).view(x.shape) if need_x else None
         dw = ctx.plan.kernel("weight_grad", ctx.macs)(g, x.reshape(-1, x.shape[-1])) if need_w else None
         db = g.sum(0) if need_b else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -397,10 +396,11 @@ def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> t
     if not isinstance(layer.weight, (torch.Tensor, torch.fx.Proxy)):  # a swapped-in module, e.g. a dynamically quantized Linear
         y = layer(x)
         return y if act is None else act(y)
-    mode = _mode(x, layer.weight)
+    mode, plan = _mode(x, layer.weight), None
     if mode == "training":  # the products of a small layer all below oneDNN's crossover: the standard ops
-        dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") else x.dtype
-        mode = mode if training_kernels(dtype).any_onednn(x.numel() * layer.weight.shape[0]) else None
+        plan = training_kernels(torch.bfloat16 if torch.is_autocast_enabled("cpu") else x.dtype)
+        macs = x.numel() * layer.weight.shape[0]  # M*K*N of each of the three products
+        mode = mode if plan.any_onednn(macs) else None
     if mode is None:
         y = F.linear(x, layer.weight, layer.bias)
         return y if act is None else act(y)
@@ -414,5 +414,5 @@ def linear(x: torch.Tensor, layer: nn.Linear, act: nn.Module | None = None) -> t
         if mode == "inference":
             y = _onednn(x, weight, bias, "gelu" if gelu else "none", act.approximate if gelu else "")
         else:
-            y = _Linear.apply(x, weight, bias, act.approximate if gelu else None, training_kernels(x.dtype))
+            y = _Linear.apply(x, weight, bias, act.approximate if gelu else None, plan, macs)
     return y if act is None or gelu else act(y)
