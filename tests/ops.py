@@ -30,7 +30,8 @@ def ops_of(fn: Callable[[], object]) -> list[str]:
 
 
 def printed_with_fast_paths_off(code: str) -> list[str]:
-    """The words ``code`` prints, run by a new Python process with ``VISION_ATTN_ONEDNN=0`` (the switch
-    is read at import)."""
-    env = {**os.environ, "VISION_ATTN_ONEDNN": "0"}
+    """The words ``code`` prints, run by a new Python process with ``VISION_ATTN_KERNELS=aten`` (the
+    kernel plan of PyTorch's standard kernels: every CPU fast path off; the variable is read at the
+    process's first :func:`~vision_attn.kernels.current_plan`)."""
+    env = {**os.environ, "VISION_ATTN_KERNELS": "aten"}
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()

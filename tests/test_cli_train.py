@@ -142,10 +142,13 @@ def test_nan_loss_names_the_step(tiny, capsys):
 
 def test_bf16_mixed_training_reaches_the_fused_kernels(tiny, capsys, tmp_path, monkeypatch):
     """``--precision bf16-mixed`` (``trainer.precision``): Lightning's bf16 autocast on the CPU, whose
-    linear layers run through vision_attn.layers.linear's oneDNN training path in bfloat16."""
-    linear_module = importlib.import_module("vision_attn.layers.linear")
-    if not linear_module.onednn_linear_available():
-        pytest.skip("oneDNN's fused linear is not available on this machine")
+    linear layers run through the oneDNN training path of vision_attn.kernels in bfloat16, under the
+    fixed "onednn" plan (oneDNN at every size: this tiny model's layers may be below the crossovers a
+    machine measures)."""
+    kernels = importlib.import_module("vision_attn.kernels")
+    linear_module = importlib.import_module("vision_attn.kernels.linear")
+    if not kernels.onednn_works(torch.bfloat16):
+        pytest.skip("oneDNN's fused linear cannot run bfloat16 on this machine")
     seen = []
     original = linear_module._Linear.apply
 
@@ -154,13 +157,11 @@ def test_bf16_mixed_training_reaches_the_fused_kernels(tiny, capsys, tmp_path, m
         return original(x, weight, *args)
 
     monkeypatch.setattr(linear_module._Linear, "apply", apply)
-    # oneDNN at every size: this tiny model's layers may be below the crossovers a machine measures
-    every_size = linear_module.KernelPlan("onednn", "onednn", "onednn", {})
-    monkeypatch.setattr(linear_module, "training_kernels", lambda dtype=torch.float32: every_size)
     config, _ = tiny
     # with clipping, which Lightning refuses under mixed precision for a fused optimizer step
-    assert main(["train", "cls", "--config", str(config), "--precision", "bf16-mixed", "--trainer.max_epochs", "1",
-                 "--trainer.gradient_clip_val", "1.0"]) == 0
+    with kernels.kernel_plan("onednn"):  # the process's plan, which the run trains with (no --kernels)
+        assert main(["train", "cls", "--config", str(config), "--precision", "bf16-mixed", "--trainer.max_epochs", "1",
+                     "--trainer.gradient_clip_val", "1.0"]) == 0
     m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
     assert m["precision"] == "bf16-mixed" and 0 <= m["val_top1"] <= 1
     assert seen and all(s == (torch.bfloat16, torch.bfloat16, False) for s in seen)

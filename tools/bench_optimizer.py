@@ -16,7 +16,7 @@ import time
 import torch
 
 from vision_attn.models import build_detector, create_model
-from vision_attn.analysis.benchmark import OPTIMIZERS
+from vision_attn.optimizers import OPTIMIZERS
 
 VARIANTS = {"loop (default)": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 HYPER = {"adamw": {"lr": 1e-3}, "sgd": {"lr": 1e-2, "momentum": 0.937, "nesterov": True}}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Must-show of issue 14 (docs/benchmarks.md): a detector trained by ultralytics' own trainer, CBAM inserted
+# The fine-tuning figures of docs/benchmarks.md ("From an ultralytics best.pt"): a detector trained by ultralytics' own trainer, CBAM inserted
 # after every backbone C2f with its weights carried through the insertion, evaluated before fine-tuning,
 # fine-tuned 4 epochs, against the inserted YAML trained from scratch for the same 4 epochs.
 #   1. python tools/peer_ultralytics_det.py --epochs 8 --img-size 160 --batch 32   (prints "run": .../peer)

@@ -14,8 +14,6 @@ import os
 import sys
 from typing import Sequence
 
-from rich.console import Console
-
 import vision_attn
 from vision_attn.commands import CONVENTIONS_LINE, register_all
 from vision_attn.errors import TrainingStopped, VisionAttnError
@@ -40,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # usage errors (status 2), --help and --version (0)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    from rich.console import Console  # here, not at the top: --help and usage errors print without rich
+
     console = Console(highlight=False)
     try:
         return args.func(args, console)

@@ -15,7 +15,8 @@ import torch
 from tests.io.ultralytics_files import peer_load, save_like_trainer
 from tests.models.yolo.peer_zoo import peer_decoded
 from vision_attn.errors import CheckpointError
-from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint, load_restricted, read_ultralytics_checkpoint
+from vision_attn.io.restricted_pickle import load_restricted
+from vision_attn.io.ultralytics_pt import is_ultralytics_checkpoint, read_ultralytics_checkpoint
 from vision_attn.models.yolo.from_ultralytics import detector_from_ultralytics
 
 ROOT = Path(__file__).resolve().parents[2]

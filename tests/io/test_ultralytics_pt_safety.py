@@ -16,7 +16,8 @@ from torch import nn
 
 from vision_attn.errors import CheckpointError
 from vision_attn.models import read_state_dict
-from vision_attn.io.ultralytics_pt import load_restricted, read_ultralytics_checkpoint
+from vision_attn.io.restricted_pickle import load_restricted
+from vision_attn.io.ultralytics_pt import read_ultralytics_checkpoint
 
 
 class Call:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.fx import symbolic_trace
-from torchvision.models.feature_extraction import create_feature_extractor
+from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import vision_attn
 from vision_attn import ConfigError
@@ -108,18 +108,36 @@ def test_intermediates_against_forward_features(name):
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
-def test_fx_trace_forward_and_backward(name):
+def test_fx_trace_forward_and_backward_equal_eager_to_the_bit(name):
+    """timm's contract (``torch.all(traced(x) == model(x))``): the graph runs the kernels the eager
+    model runs (the kernel dispatchers and the size-dependent steps are leaf nodes that choose at
+    run time), and takes the same paths (a ViT's short last block included)."""
     model = small_model(name).eval()  # no dropout: eager and traced runs must agree exactly
     graph = symbolic_trace(model)
     for h, w in input_sizes(name):  # one graph for both sizes: the size-dependent steps are leaves
         x = torch.randn(2, 3, h, w)
         want = model(x)
         got = graph(x)
-        torch.testing.assert_close(got, want)
+        assert torch.equal(got, want)
+        with torch.no_grad():  # inference: the fused inference kernels, in both
+            assert torch.equal(graph(x), model(x))
     theirs, ours = _grads(graph, got), _grads(model, want)
     assert theirs.keys() == ours.keys() == {n for n, _ in model.named_parameters()}
     for key in ours:
-        torch.testing.assert_close(theirs[key], ours[key], msg=key)
+        assert torch.equal(theirs[key], ours[key]), key
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_feature_extractor_of_the_last_node_equals_eager_to_the_bit(name):
+    """timm's own fx test: torchvision's extractor returning the graph's last node, in eval mode."""
+    model = small_model(name).eval()
+    train_nodes, eval_nodes = get_graph_node_names(model)
+    extractor = create_feature_extractor(model, train_return_nodes=[train_nodes[-1]],
+                                         eval_return_nodes=[eval_nodes[-1]]).eval()
+    x = torch.randn(2, 3, *input_sizes(name)[1])
+    with torch.no_grad():
+        (got,) = extractor(x).values()
+        assert torch.all(got == model(x))
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)

@@ -1,6 +1,7 @@
 """ViT's ``forward`` runs the last block for the tokens the head reads only (class, distillation):
-the logits and every gradient are those of the full pass, and whoever watches the last block (hooks,
-recorded attention, torch.fx, FLOP counters) gets the full pass."""
+the logits and every gradient are those of the full pass (to rounding), whoever watches the last block (hooks,
+recorded attention, FLOP counters) gets the full pass, and torch.fx graphs take the short path too,
+with the full last block kept as the node feature extractors return."""
 from __future__ import annotations
 
 import pytest

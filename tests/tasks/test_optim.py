@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vision_attn import create_model
-from vision_attn.analysis.benchmark import OPTIMIZERS
+from vision_attn.optimizers import OPTIMIZERS
 from vision_attn.tasks.optim import (build_optimizer, fused_step_applies, layer_ids, lightning_clips_under_autocast,
                                     param_groups)
 

@@ -29,18 +29,16 @@ from torch.utils._pytree import tree_flatten
 
 from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
-from vision_attn.layers.linear import onednn_linear_available
+from vision_attn.kernels import fused_linear, kernel_plan
+from vision_attn.optimizers import OPTIMIZERS
 
 __all__ = [
     "BenchResult", "PeakTensorMemory", "alternate", "benchmark_models", "call_seconds", "matmul_peak",
     "median_ratio", "percentile", "rss_mb", "rss_peak_mb", "rss_rise_mb", "share_weights", "tensor_peak_mb",
-    "timm_twin", "OPTIMIZERS", "PRECISIONS",
+    "timm_twin", "PRECISIONS",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-"""torch's optimisers by name: what a timed training step can end with (learning rate 1e-4, PyTorch's defaults
-otherwise), and what the trainers build (:func:`vision_attn.tasks.optim.build_optimizer`)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,9 +198,9 @@ def matmul_peak(device: str | torch.device = "cpu", precision: str = "fp32", n: 
                 iters: int = 5) -> float:
     """Matrix-multiply throughput (FLOP/s, 2 n³ per product) on square ``n x n`` matrices in
     ``precision`` on ``device``: the peak that MFU is measured against. It is the fastest product
-    PyTorch offers there: ``torch.matmul``, and on the CPU also oneDNN's linear kernel, which our layers
-    use at inference (:mod:`vision_attn.layers.linear`; here it runs about twice as fast as the MKL
-    ``matmul``, so a peak from ``matmul`` alone would put MFU above 100%). Default n: 8192 on CUDA, 2048
+    PyTorch offers there: ``torch.matmul``, and the linear kernel of the ``"onednn"`` plan, which our
+    layers use at inference on the CPU (:mod:`vision_attn.kernels`; on some CPUs it runs about twice as
+    fast as MKL's ``matmul``, so a peak from ``matmul`` alone would put MFU above 100%). Default n: 8192 on CUDA, 2048
     elsewhere; the fastest of ``iters`` products after two warm-up products (a peak is a best case, and
     on a shared machine the median would understate it)."""
     device = torch.device(device)
@@ -210,11 +208,9 @@ def matmul_peak(device: str | torch.device = "cpu", precision: str = "fp32", n: 
     dtype = PRECISIONS[precision]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    products: list[Callable[[], object]] = [lambda: a @ b]
-    if device.type == "cpu" and onednn_linear_available():
-        products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "none"))
+    products: list[Callable[[], object]] = [lambda: a @ b, lambda: fused_linear(a, b)]  # a bᵀ: the same work
     seconds = math.inf
-    with torch.inference_mode():
+    with torch.inference_mode(), kernel_plan("onednn"):
         for product in products:
             call_seconds(product, 2, device)
             seconds = min(seconds, *call_seconds(product, iters, device))
@@ -356,7 +352,7 @@ def benchmark_models(
     Every model is warmed up (``warmup`` calls, plus compilation with ``compile``), then timed for
     ``rounds`` rounds of ``iters`` calls, the order of the models alternating every round. ``train``
     times a training step (forward, a mean loss, backward, an ``optimizer`` step: a key of
-    :data:`OPTIMIZERS`) instead of inference; ``precision="bf16"`` runs under bf16 autocast, which is
+    :data:`vision_attn.optimizers.OPTIMIZERS`) instead of inference; ``precision="bf16"`` runs under bf16 autocast, which is
     what Lightning's ``bf16-mixed`` does.
     ``peak_flops``: the FLOP/s that MFU is relative to (default: :func:`matmul_peak` measured now).
     ``pairs``: label -> label of the model it is compared with; those results get ``ratio``.

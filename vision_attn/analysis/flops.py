@@ -28,7 +28,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from vision_attn.errors import ConfigError
-from vision_attn.layers.linear import set_onednn_linear
+from vision_attn.kernels import FLOP_FORMULAS as KERNEL_FLOP_FORMULAS
+from vision_attn.kernels import kernel_plan
 from vision_attn.models import create_model
 
 __all__ = [
@@ -74,14 +75,6 @@ def _native_mha_flop(query_shape, key_shape, value_shape, embed_dim, num_head, *
     return 2 * macs
 
 
-def _onednn_linear_flop(input_shape, weight_shape, *args, out_shape=None, **kwargs) -> int:
-    """oneDNN's fused linear (vision_attn.layers.linear at inference on the CPU): (..., K) x (N, K)."""
-    rows = 1
-    for n in input_shape[:-1]:
-        rows *= n
-    return 2 * rows * input_shape[-1] * weight_shape[0]
-
-
 FUSED_ATTENTION_FORMULAS: dict[Any, Callable[..., int]] = {
     aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flop,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward_flop,
@@ -93,17 +86,13 @@ FUSED_ATTENTION_FORMULAS: dict[Any, Callable[..., int]] = {
 torch 2.14's counter leaves at zero. Keys are op packets (``torch.ops.aten.<name>``)."""
 
 
-ONEDNN_FORMULAS: dict[Any, Callable[..., int]] = {torch.ops.mkldnn._linear_pointwise: _onednn_linear_flop}
-"""The fused linear that :func:`vision_attn.layers.linear.linear` runs at inference on the CPU."""
-
-
 def flop_counter(**kwargs: Any) -> FlopCounterMode:
     """A ``FlopCounterMode(display=False)`` that also counts the fused attention kernels.
 
     Use it around any computation, a training step included (the backward kernels are covered);
     ``get_total_flops()`` returns FLOPs, 2 per MAC. Keyword arguments go to ``FlopCounterMode``.
     """
-    mapping = {**FUSED_ATTENTION_FORMULAS, **ONEDNN_FORMULAS, **kwargs.pop("custom_mapping", {})}
+    mapping = {**FUSED_ATTENTION_FORMULAS, **KERNEL_FLOP_FORMULAS, **kwargs.pop("custom_mapping", {})}
     kwargs.setdefault("display", False)
     return FlopCounterMode(custom_mapping=mapping, **kwargs)
 
@@ -278,10 +267,9 @@ def count_flops(
     x = torch.zeros(shape, device=device, dtype=dtype)
     was_training = model.training
     model.eval()
-    # count the standard kernels (aten.addmm), not the oneDNN inference path: the same on every device
-    onednn = set_onednn_linear(False)
+    # count the standard kernels (aten.addmm), not the CPU fast paths: the same on every device
     try:
-        with torch.no_grad(), flop_counter(depth=depth) as counter:
+        with torch.no_grad(), kernel_plan("aten"), flop_counter(depth=depth) as counter:
             if device.type == "meta":  # elsewhere the model runs exactly as it would uncounted
                 with _FusedAttentionOnMeta():
                     model(x)
@@ -289,7 +277,6 @@ def count_flops(
                 model(x)
     finally:
         model.train(was_training)
-        set_onednn_linear(onednn)
     counts = counter.get_flop_counts()
     global_ops = counts.get("Global", {})
     fused = sum(n for op, n in global_ops.items() if op in FUSED_ATTENTION_FORMULAS)

@@ -23,7 +23,6 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.io.resources import resolve_path
 from vision_attn.models import build_detector, create_model, list_models
-from vision_attn.tasks.registry import load_run
 
 __all__ = ["Target", "load_target", "YAML_SUFFIXES", "DETECTOR_IMG_SIZE"]
 
@@ -52,6 +51,8 @@ def _build_yaml(path: str, scale: str | None, num_classes: int | None, device: s
 
 def _from_checkpoint(path: Path, device: str | torch.device) -> Target:
     """A run (its folder or checkpoint): the architecture its checkpoint records (weights are not loaded)."""
+    from vision_attn.tasks.registry import load_run  # deferred: the tasks import Lightning, a model name needs none
+
     run = load_run(path, device=device, weights=False)
     h, w = run.img_size
     size: int | tuple[int, int] | None = h if h == w else (h, w)

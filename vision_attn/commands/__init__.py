@@ -5,8 +5,9 @@ defines ``register(sub)``: it adds its parser(s) to the ``vision-attn`` subparse
 ``func=(args, console) -> int`` as their default. :func:`vision_attn.cli.build_parser` calls every
 module's ``register`` in name order, so a new command is a new file, not an edit of ``cli.py``. Files
 whose name starts with ``_`` are helpers, not commands.
-Modules import heavy dependencies (onnx, matplotlib, Lightning) inside their command functions so that
-``vision-attn --help`` stays fast.
+Modules import heavy dependencies (torch, Lightning, onnx, matplotlib, and rich's tables) inside their
+command functions, never at the top: ``register`` needs none of them, so ``vision-attn --help`` loads
+nothing beyond the standard library (tests/test_startup.py checks that torch and Lightning stay out).
 """
 from __future__ import annotations
 

@@ -4,8 +4,10 @@ vision_attn.ablation)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _report(plan, console: Console, latency: bool) -> int:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from vision_attn.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SAMPLE_PREFIX = "sklearn:"
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from vision_attn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 HEADERS = ["model", "batch", "img/s", "latency ms (median)", "p90 ms", "peak MiB", "GFLOPs/call", "MFU", "vs timm"]
 
@@ -34,6 +35,7 @@ def rows_of(results: list) -> list[list[Any]]:
 
 def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     import torch
+    from rich.table import Table
 
     from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, share_weights, timm_twin
     from vision_attn.analysis.flops import default_input_size

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 HEADERS = ["name", "model", "params (M)", "GMACs", "image", "latency ms (batch 1)", "metric", "value (%)", "Pareto"]
 
@@ -21,6 +22,8 @@ def _cells(rows: list, front: set[int]) -> list[list[Any]]:
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
     from vision_attn.analysis.compare import compare, pareto_front, plot_compare
     from vision_attn.analysis.tables import to_csv, to_markdown
 

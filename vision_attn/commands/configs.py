@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from vision_attn.errors import ConfigError
 from vision_attn.io.resources import find_shipped, shipped_configs
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
 
 def _cmd_configs(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
     words = list(args.words)
     if words and words[0] == "show":
         if len(words) != 2:

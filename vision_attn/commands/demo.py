@@ -3,18 +3,22 @@ class token's attention entropy per layer (printing only; see :mod:`vision_attn.
 from __future__ import annotations
 
 import argparse
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 import vision_attn
 from vision_attn.commands import size_text
 from vision_attn.commands.models import models_table
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
 DEMO_MODEL = "deit_tiny_distilled_patch16_224"
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
     from vision_attn.analysis.demo import attention_forward, sample_photo  # scikit-learn loads here
 
     console.rule("1. FLOPs of the ViT/DeiT zoo")

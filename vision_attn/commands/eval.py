@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands.train import TASK_HELP
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _fmt(v: float | None) -> str:
@@ -17,6 +18,8 @@ def _fmt(v: float | None) -> str:
 
 
 def _table_cls(report: dict[str, Any]) -> tuple[Table, str]:
+    from rich.table import Table
+
     table = Table(title=f"{report['model']} on {report['data']} ({report['images']} images)")
     table.add_column("class")
     table.add_column("images", justify="right")
@@ -27,6 +30,8 @@ def _table_cls(report: dict[str, Any]) -> tuple[Table, str]:
 
 
 def _table_det(report: dict[str, Any]) -> tuple[Table, str]:
+    from rich.table import Table
+
     table = Table(title=f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)")
     for col in ("class", "boxes", "AP@[.5:.95]", "AP@.5"):
         table.add_column(col, justify="left" if col == "class" else "right")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from vision_attn.commands import ImgSize
 from vision_attn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 DEFAULT_OPSET = 18  # vision_attn.export.DEFAULT_OPSET, repeated so that --help does not import torch
 
@@ -37,6 +39,8 @@ def _check_folder(output: str) -> str:
 
 
 def _print_parity(report, console: Console) -> None:
+    from rich.table import Table
+
     table = Table(title="onnxruntime vs PyTorch: max abs difference")
     table.add_column("input")
     table.add_column("shape")
@@ -108,6 +112,7 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     import torch
+    from rich.table import Table
 
     from vision_attn.export.quantize import quantize_and_compare
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from vision_attn.analysis import FlopReport, count_flops
-from vision_attn.analysis.flops import module_tree
-from vision_attn.analysis.tables import to_markdown
 from vision_attn.commands import CONVENTIONS, CONVENTIONS_LINE, ImgSize, size_text
 from vision_attn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from vision_attn.analysis import FlopReport
 
 
 def flops_table(report: FlopReport) -> Table:
     """Parameters, MACs, FLOPs and what a counter without the fused-attention formulas reads."""
+    from rich.table import Table
+
     table = Table(title=f"{report.model}, input {size_text(report.input_shape)}",
                   caption=CONVENTIONS_LINE, caption_justify="left")
     table.add_column("quantity")
@@ -33,6 +36,10 @@ def flops_table(report: FlopReport) -> Table:
 
 def module_table(report: FlopReport) -> Table:
     """MACs per module as a tree (enclosing modules with the sum below them), with shares of the total."""
+    from rich.table import Table
+
+    from vision_attn.analysis.flops import module_tree  # torch loads here
+
     table = Table(title="MACs by module")
     table.add_column("module")
     table.add_column("GMACs", justify="right")
@@ -44,6 +51,9 @@ def module_table(report: FlopReport) -> Table:
 
 def flops_markdown(report: FlopReport, by_module: bool) -> str:
     """The report (and, with ``by_module``, the module tree) as Markdown tables."""
+    from vision_attn.analysis.flops import module_tree  # torch loads here
+    from vision_attn.analysis.tables import to_markdown
+
     text = f"**{report.model}**, input {size_text(report.input_shape)}. {CONVENTIONS_LINE}\n\n"
     text += to_markdown(["parameters", "GMACs", "GFLOPs", "fused attention GMACs", "plain counter GMACs"],
                         [[f"{report.params:,}", f"{report.gmacs:.3f}", f"{report.gflops:.3f}",
@@ -57,6 +67,8 @@ def flops_markdown(report: FlopReport, by_module: bool) -> str:
 
 
 def _cmd_flops(args: argparse.Namespace, console: Console) -> int:
+    from vision_attn.analysis import count_flops
+    from vision_attn.analysis.flops import module_tree
     from vision_attn.analysis.targets import load_target  # tasks and Lightning load here
 
     target = load_target(args.model, scale=args.scale, attention=args.attention)

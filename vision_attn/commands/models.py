@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Sequence
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, Sequence
 
 import vision_attn
-from vision_attn.analysis import FlopReport, count_model_flops
 from vision_attn.commands import CONVENTIONS, size_text
 from vision_attn.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from vision_attn.analysis import FlopReport
+
 
 def _model_row(name: str) -> tuple[FlopReport, dict[str, Any]]:
+    from vision_attn.analysis import count_model_flops  # torch loads here
+
     report = count_model_flops(name)  # meta device: nothing allocated, nothing computed
     row = {"name": name, "params": report.params, "macs": report.macs, "gmacs": round(report.gmacs, 4),
            "img_size": list(report.input_shape[-2:])}
@@ -24,6 +28,8 @@ def _model_row(name: str) -> tuple[FlopReport, dict[str, Any]]:
 
 def models_table(names: Sequence[str], title: str | None = None) -> tuple[Table, list[dict[str, Any]]]:
     """A table (and JSON rows) of registered variants: parameters, GMACs at their default size."""
+    from rich.table import Table
+
     table = Table(title=title, caption=CONVENTIONS["macs"] + ".", caption_justify="left")
     table.add_column("model")
     table.add_column("params (M)", justify="right")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands.train import TASK_HELP
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -27,6 +28,8 @@ CELLS = {"cls": ("top-{k} (probability)", lambda r: ", ".join(f"{t['label']} ({t
 
 
 def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
     results = _predict(args)
     if args.json:
         print(json.dumps(results, indent=2))

@@ -3,8 +3,10 @@ the work is :func:`vision_attn.tasks.train` of the task named (see :mod:`vision_
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 TASK_HELP = "cls: image classification; det: object detection"
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")

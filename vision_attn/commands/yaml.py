@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands import size_text
 from vision_attn.errors import ConfigError
-from vision_attn.io.yaml import load_yaml
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _parse_at(value: str | None) -> list[int] | None:
@@ -26,87 +24,54 @@ def _parse_at(value: str | None) -> list[int] | None:
         raise ConfigError(f"--at {value!r}: give row indices separated by commas, e.g. 4,6") from None
 
 
-def _parse_block_args(value: str | None) -> list[Any] | None:
+def _parse_block_args(value: str | None) -> dict[str, Any] | None:
+    from vision_attn.io.yaml import load_yaml  # PyYAML loads for an insert, not for --help
+
     if value is None:
         return None
     loaded = load_yaml(value, f"--args {value!r}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"--args {value!r}: must be a mapping of keyword arguments, e.g. '{{reduction: 8}}'")
-    return [loaded]
+    return loaded
 
 
 def _cmd_yaml_edit(args: argparse.Namespace, console: Console) -> int:
     """``yaml insert`` / ``yaml remove``: edit a detector YAML's rows (re-indexed, comments kept)."""
-    import difflib
+    from rich.table import Table
 
-    from vision_attn.analysis.yaml_info import compare_yaml
-    from vision_attn.io.atomic import save_torch, write_text
-    from vision_attn.models.yolo import check_builds, insert_attention_text, remove_attention_text, scale_from_name
-    from vision_attn.models.yolo.from_ultralytics import YamlSource
-    from vision_attn.models.yolo.transfer import transfer_weights
-    from vision_attn.tasks.detect.run import detector_checkpoint
+    from vision_attn.tasks.detect.edit import edit_detector_yaml
 
-    source = YamlSource.resolve(args.file, args.checkpoint)
-    scale = args.scale or (scale_from_name(args.file) if isinstance(source.spec, Path) else None)
-    if not args.dry_run and not args.output:
-        raise ConfigError(f"yaml {args.action}: say where to write the result with -o OUT.yaml (or use --dry-run)")
-    if args.checkpoint and not args.dry_run and not args.checkpoint_out:
-        raise ConfigError("--checkpoint needs --checkpoint-out NEW.pt: where to save the remapped state dict")
-    for out in (args.output, args.checkpoint_out):
-        if out and not args.dry_run and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
-                              "nothing was written")
-    text = source.text
-    check_builds(text, source.label)
-    if args.action == "insert":
-        if not args.block:
-            raise ConfigError("yaml insert: say which block with --block, e.g. --block CBAM")
-        block_args = _parse_block_args(args.args)
-        if source.checkpoint_path and args.identity_init:
-            block_args = [{**(block_args[0] if block_args else {}), "zero_init": True}]
-        result = insert_attention_text(text, args.block, after=args.after, at=_parse_at(args.at),
-                                       section=args.section, args=block_args, source=source.label)
-        what = (f"inserted {len(result.inserted)} {args.block} row(s) at {', '.join(map(str, result.inserted))}"
-                if result.inserted else f"nothing to insert: every position is already followed by {args.block}")
-    else:
-        result = remove_attention_text(text, args.block, source=source.label)
-        what = f"removed {len(result.removed)} row(s)" if result.removed else "nothing to remove"
-    check_builds(result.text, args.output or f"{source.label} (edited)", stage="output")
-
-    if args.dry_run:
-        diff = difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
-                                    fromfile=source.label, tofile=args.output or f"{source.label} (edited)")
-        sys.stdout.write("".join(diff) or "(no change)\n")
+    insert = args.action == "insert"  # --at and --args are read for an insert only
+    edit = edit_detector_yaml(args.file, args.action, block=args.block, after=args.after,
+                              at=_parse_at(args.at) if insert else None, section=args.section,
+                              block_args=_parse_block_args(args.args) if insert else None, output=args.output,
+                              checkpoint=args.checkpoint, checkpoint_out=args.checkpoint_out, scale=args.scale,
+                              identity_init=args.identity_init, dry_run=args.dry_run, img_size=args.img_size)
+    if edit.dry_run:
+        sys.stdout.write(edit.diff)
         table = Table(title=f"parameters and GFLOPs at {args.img_size}x{args.img_size}, before -> after")
         for col in ("scale", "params before", "params after", "change", "GFLOPs before", "GFLOPs after"):
             table.add_column(col, justify="left" if col == "scale" else "right")
-        for r in compare_yaml(text, result.text, img_size=args.img_size):
+        for r in edit.comparison:
             table.add_row(r["scale"] or "-", f"{r['params_before']:,}", f"{r['params_after']:,}",
                           f"{r['params_after'] - r['params_before']:+,}", f"{r['gflops_before']:.2f}",
                           f"{r['gflops_after']:.2f}")
         console.print(table)
-        console.print(what + " (dry run: nothing written)")
+        console.print(edit.summary + " (dry run: nothing written)")
         return 0
-
-    state = source.weights()
-    moved = transfer_weights(state, result.text, result.index_map, scale=scale) if state is not None else None
-    saved: Any = moved.state if moved is not None else None
-    if moved is not None and source.ultralytics is not None:
-        # a whole detector checkpoint: the edited YAML, the class names, every tensor of the edited model
-        saved = detector_checkpoint(result.text, moved.state, names=source.ultralytics.names, scale=scale,
-                                    img_size=source.ultralytics.img_size, source=str(source.checkpoint_path))
-    write_text(args.output, result.text)
-    console.print(f"{what} -> {args.output}")
+    console.print(f"{edit.summary} -> {edit.output}")
+    moved = edit.weights
     if moved is not None:
-        save_torch(saved, args.checkpoint_out)
         console.print(f"checkpoint: {len(moved.transferred)} of {moved.total} tensors transferred -> "
-                      f"{args.checkpoint_out}; {len(moved.new_keys)} new key(s) to train: "
+                      f"{edit.checkpoint_out}; {len(moved.new_keys)} new key(s) to train: "
                       f"{', '.join(moved.new_keys) if moved.new_keys else 'none'}", soft_wrap=True)
     return 0
 
 
 def _cmd_yaml(args: argparse.Namespace, console: Console) -> int:
     """``yaml info FILE``: the per-row table and the totals of a detector YAML."""
+    from rich.table import Table
+
     from vision_attn.analysis.yaml_info import yaml_info
     from vision_attn.models.yolo.from_ultralytics import YamlSource
 

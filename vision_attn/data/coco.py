@@ -41,6 +41,105 @@ def _get(obj: Any, key: str, path: str, file: Path, kind: type | tuple[type, ...
     return value
 
 
+def _read_document(file: Path) -> dict[str, Any]:
+    """The annotations file's JSON object, its top level checked to be an object."""
+    if not file.is_file():
+        raise DataError(f"annotations file {file}: no such file; give a COCO instances json")
+    doc = read_json(file, what="annotations file")
+    if not isinstance(doc, dict):
+        raise DataError(f"{file}: expected a JSON object with 'images', 'annotations' and 'categories'")
+    return doc
+
+
+def _categories(doc: dict[str, Any], file: Path) -> tuple[list[int], list[str]]:
+    """The COCO ids and names of ``categories`` sorted by id: class ``i`` is the ``i``-th of each."""
+    cats = _get(doc, "categories", "", file, list)
+    if not cats:
+        raise DataError(f"{file}: categories is empty; list every class as {{'id': 1, 'name': '...'}}")
+    parsed = []
+    for i, c in enumerate(cats):
+        cid = _get(c, "id", f"categories[{i}]", file, int)
+        name = _get(c, "name", f"categories[{i}]", file, str)
+        if cid == 0:
+            raise DataError(f"{file}: categories[{i}].id is 0; COCO category ids start at 1 (0 breaks "
+                            f"evaluation): renumber them")
+        parsed.append((cid, name))
+    parsed.sort()
+    ids = [cid for cid, _ in parsed]
+    if len(set(ids)) != len(ids):
+        dup = sorted({c for c in ids if ids.count(c) > 1})
+        raise DataError(f"{file}: categories repeat id(s) {dup}; give each category one id")
+    return ids, [name for _, name in parsed]
+
+
+def _records(doc: dict[str, Any], file: Path, images_dir: Path,
+             category_ids: list[int]) -> tuple[list[DetectionRecord], DetectionStats]:
+    """One record per entry of ``images`` with the boxes of its ``annotations``, and the counts of boxes
+    skipped (crowd), clipped and dropped (degenerate)."""
+    class_of = {cid: k for k, cid in enumerate(category_ids)}
+    images = _get(doc, "images", "", file, list)
+    order: dict[int, int] = {}
+    meta = []
+    for i, im in enumerate(images):
+        iid = _get(im, "id", f"images[{i}]", file, int)
+        name = _get(im, "file_name", f"images[{i}]", file, str)
+        if iid in order:
+            raise DataError(f"{file}: images[{i}].id {iid} repeats images[{order[iid]}].id; give each image "
+                            f"its own id")
+        path = images_dir / name
+        if not path.is_file():
+            raise DataError(f"{file}: images[{i}].file_name: image {path} not found; put it there or "
+                            f"remove the image and its annotations")
+        if "width" in im and "height" in im:
+            w = _get(im, "width", f"images[{i}]", file, int)
+            h = _get(im, "height", f"images[{i}]", file, int)
+        else:
+            with Image.open(path) as pil:  # reads the header only
+                w, h = pil.size
+        order[iid] = i
+        meta.append((iid, path, h, w))
+
+    anns = _get(doc, "annotations", "", file, list)
+    stats = DetectionStats()
+    n = len(anns)
+    ann_image = np.empty(n, np.int64)
+    ann_class = np.empty(n, np.int64)
+    ann_box = np.empty((n, 4), np.float32)
+    keep = np.ones(n, bool)
+    for j, a in enumerate(anns):
+        where = f"annotations[{j}]"
+        iid = _get(a, "image_id", where, file, int)
+        if iid not in order:
+            raise DataError(f"{file}: {where}.image_id {iid} is not among the ids of 'images'; add the image "
+                            f"or remove the annotation")
+        cid = _get(a, "category_id", where, file, int)
+        if cid not in class_of:
+            raise DataError(f"{file}: {where}.category_id {cid} is not among the category ids {category_ids[:12]}"
+                            f"{' ...' if len(category_ids) > 12 else ''}; add the category or fix the id")
+        box = _get(a, "bbox", where, file, list)
+        if len(box) != 4 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box):
+            raise DataError(f"{file}: {where}.bbox should be 4 numbers [x, y, width, height], got {box!r}")
+        if a.get("iscrowd", 0):
+            keep[j] = False
+            stats.crowd += 1
+        ann_image[j], ann_class[j] = order[iid], class_of[cid]
+        x, y, bw, bh = box
+        ann_box[j] = (x, y, x + bw, y + bh)
+    ann_image, ann_class, ann_box = ann_image[keep], ann_class[keep], ann_box[keep]
+
+    sort = np.argsort(ann_image, kind="stable")
+    ann_image, ann_class, ann_box = ann_image[sort], ann_class[sort], ann_box[sort]
+    bounds = np.searchsorted(ann_image, np.arange(len(meta) + 1))
+    records = []
+    for i, (iid, path, h, w) in enumerate(meta):
+        lo, hi = bounds[i], bounds[i + 1]
+        boxes, ok, changed = clip_boxes(ann_box[lo:hi], h, w)
+        stats.clipped += changed
+        stats.degenerate += int((~ok).sum())
+        records.append(DetectionRecord(path, iid, h, w, boxes[ok], ann_class[lo:hi][ok]))
+    return records, stats
+
+
 class CocoDetection(DetectionDataset):
     """Images of ``images_dir`` with the boxes of ``annotations`` (a COCO ``instances`` json)."""
 
@@ -48,92 +147,9 @@ class CocoDetection(DetectionDataset):
                  transform: Callable[[DetectionDataset, int], Any] | None = None):
         super().__init__(transform)
         self.images_dir, self.annotations_file = Path(images_dir), Path(annotations)
-        file = self.annotations_file
-        if not file.is_file():
-            raise DataError(f"annotations file {file}: no such file; give a COCO instances json")
-        doc = read_json(file, what="annotations file")
-        if not isinstance(doc, dict):
-            raise DataError(f"{file}: expected a JSON object with 'images', 'annotations' and 'categories'")
-        cats = _get(doc, "categories", "", file, list)
-        if not cats:
-            raise DataError(f"{file}: categories is empty; list every class as {{'id': 1, 'name': '...'}}")
-        parsed = []
-        for i, c in enumerate(cats):
-            cid = _get(c, "id", f"categories[{i}]", file, int)
-            name = _get(c, "name", f"categories[{i}]", file, str)
-            if cid == 0:
-                raise DataError(f"{file}: categories[{i}].id is 0; COCO category ids start at 1 (0 breaks "
-                                f"evaluation): renumber them")
-            parsed.append((cid, name))
-        parsed.sort()
-        ids = [cid for cid, _ in parsed]
-        if len(set(ids)) != len(ids):
-            dup = sorted({c for c in ids if ids.count(c) > 1})
-            raise DataError(f"{file}: categories repeat id(s) {dup}; give each category one id")
-        self.category_ids = ids
-        self.names = [name for _, name in parsed]
-        class_of = {cid: k for k, cid in enumerate(ids)}
-
-        images = _get(doc, "images", "", file, list)
-        order: dict[int, int] = {}
-        meta = []
-        for i, im in enumerate(images):
-            iid = _get(im, "id", f"images[{i}]", file, int)
-            name = _get(im, "file_name", f"images[{i}]", file, str)
-            if iid in order:
-                raise DataError(f"{file}: images[{i}].id {iid} repeats images[{order[iid]}].id; give each image "
-                                f"its own id")
-            path = self.images_dir / name
-            if not path.is_file():
-                raise DataError(f"{file}: images[{i}].file_name: image {path} not found; put it there or "
-                                f"remove the image and its annotations")
-            if "width" in im and "height" in im:
-                w = _get(im, "width", f"images[{i}]", file, int)
-                h = _get(im, "height", f"images[{i}]", file, int)
-            else:
-                with Image.open(path) as pil:  # reads the header only
-                    w, h = pil.size
-            order[iid] = i
-            meta.append((iid, path, h, w))
-
-        anns = _get(doc, "annotations", "", file, list)
-        stats = DetectionStats()
-        n = len(anns)
-        ann_image = np.empty(n, np.int64)
-        ann_class = np.empty(n, np.int64)
-        ann_box = np.empty((n, 4), np.float32)
-        keep = np.ones(n, bool)
-        for j, a in enumerate(anns):
-            where = f"annotations[{j}]"
-            iid = _get(a, "image_id", where, file, int)
-            if iid not in order:
-                raise DataError(f"{file}: {where}.image_id {iid} is not among the ids of 'images'; add the image "
-                                f"or remove the annotation")
-            cid = _get(a, "category_id", where, file, int)
-            if cid not in class_of:
-                raise DataError(f"{file}: {where}.category_id {cid} is not among the category ids {ids[:12]}"
-                                f"{' ...' if len(ids) > 12 else ''}; add the category or fix the id")
-            box = _get(a, "bbox", where, file, list)
-            if len(box) != 4 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box):
-                raise DataError(f"{file}: {where}.bbox should be 4 numbers [x, y, width, height], got {box!r}")
-            if a.get("iscrowd", 0):
-                keep[j] = False
-                stats.crowd += 1
-            ann_image[j], ann_class[j] = order[iid], class_of[cid]
-            x, y, bw, bh = box
-            ann_box[j] = (x, y, x + bw, y + bh)
-        ann_image, ann_class, ann_box = ann_image[keep], ann_class[keep], ann_box[keep]
-
-        sort = np.argsort(ann_image, kind="stable")
-        ann_image, ann_class, ann_box = ann_image[sort], ann_class[sort], ann_box[sort]
-        bounds = np.searchsorted(ann_image, np.arange(len(meta) + 1))
-        self.records = []
-        for i, (iid, path, h, w) in enumerate(meta):
-            lo, hi = bounds[i], bounds[i + 1]
-            boxes, ok, changed = clip_boxes(ann_box[lo:hi], h, w)
-            stats.clipped += changed
-            stats.degenerate += int((~ok).sum())
-            self.records.append(DetectionRecord(path, iid, h, w, boxes[ok], ann_class[lo:hi][ok]))
+        doc = _read_document(self.annotations_file)
+        self.category_ids, self.names = _categories(doc, self.annotations_file)
+        self.records, stats = _records(doc, self.annotations_file, self.images_dir, self.category_ids)
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

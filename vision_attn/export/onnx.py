@@ -3,7 +3,7 @@
 Exporters: ``"dynamo"`` (torch.export, the default: not deprecated, about half the nodes of the
 TorchScript graph, no external weight file for models under 2 GB; it needs ``onnxscript``) and
 ``"torchscript"`` (the legacy tracer, deprecated since torch 2.9 but 5-7x faster to export).
-The oneDNN fast path of :mod:`vision_attn.layers.linear` is off during export, so the graph holds
+The CPU fast paths of :mod:`vision_attn.kernels` are off during export, so the graph holds
 standard ONNX operators only (MatMul/Gemm, LayerNormalization, Softmax, ...).
 
 The file is written to a temporary name beside the target and renamed when complete and readable, so a

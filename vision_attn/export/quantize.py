@@ -6,7 +6,9 @@ Two ways, both dynamic (weights stored as int8, activations quantized per call, 
   MatMul/Gemm nodes of an exported FP32 graph into MatMulInteger/DynamicQuantizeLinear; the result is a
   new .onnx file, about a quarter of the size. This is the path ``vision-attn export quantize`` takes.
 - PyTorch (:func:`quantize_torch`): ``torch.ao.quantization.quantize_dynamic`` swaps ``nn.Linear`` for
-  its quantized twin. Deprecated in torch 2.14 (its warning says it moves to torchao); kept to compare.
+  its quantized twin (the layers' :class:`~vision_attn.kernels.FusedLinear` modules become plain
+  ``nn.Linear`` first, in the copy it quantizes). Deprecated in torch 2.14 (its warning says it moves
+  to torchao); kept to compare.
 
 :func:`folder_accuracy` measures top-1 of any ``images -> logits`` callable on a labelled folder.
 """
@@ -32,6 +34,7 @@ from vision_attn.errors import ConfigError, DataError, ExportError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
 from vision_attn.export.source import Deployable
 from vision_attn.io.atomic import write_onnx
+from vision_attn.kernels import FusedLinear
 from vision_attn.layers.window_attention import WindowAttention
 
 __all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor", "quantize_and_compare",
@@ -64,10 +67,26 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
 
 def _torch_quantizable(model: nn.Module) -> set[str]:
-    """Names of the ``nn.Linear`` modules that are called as modules. Swin's window attention reads its
-    ``qkv`` weight directly (to reorder it by head), so that one stays FP32."""
+    """Names of the linear modules (``nn.Linear`` and :class:`~vision_attn.kernels.FusedLinear`) that
+    are called as modules. Swin's window attention reads its ``qkv`` weight directly (to reorder it by
+    head, through :func:`~vision_attn.kernels.fused_linear`), so that one stays FP32."""
     direct = {f"{name}.qkv" if name else "qkv" for name, m in model.named_modules() if isinstance(m, WindowAttention)}
-    return {name for name, m in model.named_modules() if type(m) is nn.Linear and name not in direct}
+    return {name for name, m in model.named_modules() if type(m) in (nn.Linear, FusedLinear) and name not in direct}
+
+
+def _as_plain_linears(model: nn.Module, names: set[str]) -> nn.Module:
+    """``model`` (changed in place) with each :class:`~vision_attn.kernels.FusedLinear` named in ``names``
+    replaced by an ``nn.Linear`` holding the same parameters: ``quantize_dynamic`` swaps only modules of
+    exactly that type."""
+    for name in names:
+        layer = model.get_submodule(name)
+        if type(layer) is not FusedLinear:
+            continue
+        plain = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta")
+        plain.weight, plain.bias = layer.weight, layer.bias
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, plain)
+    return model
 
 
 def quantize_torch(model: nn.Module) -> nn.Module:
@@ -77,7 +96,9 @@ def quantize_torch(model: nn.Module) -> nn.Module:
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic
 
-        return quantize_dynamic(copy.deepcopy(model).eval(), _torch_quantizable(model), dtype=torch.qint8)
+        names = _torch_quantizable(model)
+        plain = _as_plain_linears(copy.deepcopy(model).eval(), names)
+        return quantize_dynamic(plain, names, dtype=torch.qint8)
 
 
 def onnx_predictor(path: str | os.PathLike, threads: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:

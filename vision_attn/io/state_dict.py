@@ -7,7 +7,9 @@ One reader serves every part of vision_attn: ``create_model(pretrained=...)``, a
   pickle (``.pth``, ``.pt``, ``.bin``, Lightning's ``.ckpt``) read with ``torch.load(weights_only=True)``,
   which builds tensors and plain containers only. A run folder stands for its ``best.ckpt`` (else its
   ``last.ckpt``). A pickle that names any other Python object (a function, a class) is refused with a
-  :class:`CheckpointError` that says what it would have called.
+  :class:`CheckpointError` that says what it would have called; an ultralytics ``.pt`` is handed to
+  :mod:`vision_attn.io.ultralytics_pt` and comes back as the plain
+  :class:`~vision_attn.io.ultralytics_pt.UltralyticsCheckpoint` it holds.
 - :func:`read_state_dict`: the tensors of a file, out of the containers trainers write (timm's
   ``state_dict``/``state_dict_ema``, Lightning's ``state_dict`` with the EMA's weights preferred,
   ``model``, ``module``, ...) with ``module.``/``model.``/``_orig_mod.`` wrappers taken off.
@@ -28,7 +30,7 @@ from typing import Any
 import torch
 
 from vision_attn.errors import CheckpointError
-from vision_attn.io.ultralytics_pt import read_ultralytics_checkpoint
+from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint, read_ultralytics_checkpoint
 
 __all__ = ["StateDict", "read_checkpoint", "read_state_dict", "run_checkpoint_path", "lightning_weights",
            "pickled_globals"]
@@ -96,18 +98,20 @@ def _refused(path: Path, names: list[str]) -> CheckpointError:
         f"could run code; re-save only the weights with torch.save(model.state_dict(), path) or as .safetensors")
 
 
-def _ultralytics_pt(path: Path, names: list[str]) -> Any:
+def _ultralytics_pt(path: Path, names: list[str]) -> UltralyticsCheckpoint:
     """The one place an ultralytics ``.pt`` (a pickle of ``{"model": DetectionModel, "ema": ...}``) is
     handed on: :mod:`vision_attn.io.ultralytics_pt` rebuilds its tensors without ultralytics and without
-    running anything; the result is laid out as a detection run's checkpoint (its float32 weights,
-    ``ema`` when the file has one, its model YAML dict, class names and image size), so that
-    :func:`read_state_dict` and the run loader (:func:`vision_attn.tasks.load_run`) take it as they are."""
-    return read_ultralytics_checkpoint(path).run_checkpoint()
+    running anything, and returns what it holds as plain data (its float32 weights, ``ema`` when the
+    file has one, its model YAML dict, class names and training arguments). :func:`read_state_dict`
+    takes its weights; the run loader (:func:`vision_attn.tasks.load_run`) lays it out as a detection
+    run's checkpoint."""
+    return read_ultralytics_checkpoint(path)
 
 
 def read_checkpoint(path: str | os.PathLike) -> Any:
     """The object in a checkpoint file (or a run folder's best/last checkpoint), read without
-    executing anything; CheckpointError naming the file (and what its pickle would call) otherwise."""
+    executing anything (an ultralytics ``.pt``: an :class:`UltralyticsCheckpoint`); CheckpointError
+    naming the file (and what its pickle would call) otherwise."""
     path = run_checkpoint_path(path)
     try:
         if path.suffix == ".safetensors":
@@ -151,6 +155,8 @@ def read_state_dict(path: str | os.PathLike) -> StateDict:
     """The state dict in ``path`` (any supported file or a run folder), unwrapped from trainer containers."""
     path = Path(path)
     obj = read_checkpoint(path)
+    if isinstance(obj, UltralyticsCheckpoint):  # its keys are ultralytics' own (model.0.conv.weight): kept
+        return dict(obj.state_dict) if obj.state_dict else _unwrap(obj.state_dict, path)
     if is_lightning(obj):
         weights = lightning_weights(obj["state_dict"])
         if weights:

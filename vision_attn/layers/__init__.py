@@ -4,7 +4,6 @@ from vision_attn.layers.cosine_window_attention import CosineWindowAttention, To
 from vision_attn.layers.block import BLOCKS, Block, LayerNorm6, PostNormBlock
 from vision_attn.layers.drop_path import DropPath, drop_path
 from vision_attn.layers.layer_scale import LayerScale
-from vision_attn.layers.linear import linear, set_onednn_linear
 from vision_attn.layers.mlp import Mlp, SwiGLU
 from vision_attn.layers.patch_embed import PatchEmbed, to_2tuple
 from vision_attn.layers.patch_merging import PatchMerging, PatchMergingV2
@@ -37,7 +36,7 @@ from vision_attn.layers.window_attention import (
 
 __all__ = [
     "Attention", "attend", "record_attention", "BLOCKS", "Block", "PostNormBlock", "LayerNorm6",
-    "DropPath", "drop_path", "LayerScale", "linear", "set_onednn_linear", "Mlp", "SwiGLU", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
+    "DropPath", "drop_path", "LayerScale", "Mlp", "SwiGLU", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
     "Rope2D", "apply_rope", "resample_abs_pos_embed", "sincos_2d",
     "PatchMerging", "WindowAttention", "ShiftedWindows", "window_partition", "window_reverse", "window_index",
     "gather_tokens", "region_mask",

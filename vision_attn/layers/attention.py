@@ -1,9 +1,9 @@
 """Multi-head self-attention on ``scaled_dot_product_attention``.
 
-The fused kernel never forms the (N, N) attention matrix. On the CPU, where the explicit product
-was measured faster (bf16; :mod:`vision_attn.layers.softmax_attention`), that runs instead. When a tool needs the weights (attention
-maps, rollout), :func:`record_attention` switches the modules of a model to the explicit path for
-the duration of a ``with`` block and collects each layer's softmax weights.
+The fused kernel never forms the (N, N) attention matrix; on the CPU the kernel plan may choose
+the explicit product instead (:func:`vision_attn.kernels.sdpa`). When a tool needs the weights
+(attention maps, rollout), :func:`record_attention` switches the modules of a model to computing
+them for the duration of a ``with`` block and collects each layer's softmax weights.
 """
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.layers.linear import linear
+from vision_attn.kernels import FusedLinear, sdpa
 from vision_attn.layers.pos_embed import apply_rope
-from vision_attn.layers.softmax_attention import explicit_attention, use_explicit
+
+torch.fx.wrap("sdpa")  # torch.fx: one leaf node that chooses its kernel at run time, as eagerly
 
 
 def attend(
@@ -34,9 +35,7 @@ def attend(
     only when ``keep_weights``, the softmax weights (B, heads, N, N) computed explicitly.
     """
     if not keep_weights:
-        if use_explicit(q, k, v, mask, dropout_p):  # on the CPU, where it was measured faster (bf16)
-            return explicit_attention(q, k, v, mask), None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+        return sdpa(q, k, v, mask, dropout_p), None
     attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, N, N)
     if mask is not None:
         attn = attn + mask
@@ -70,11 +69,11 @@ class Attention(nn.Module):
             raise ConfigError(f"embed_dim {dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.qkv = FusedLinear(dim, dim * 3, bias=qkv_bias)
         self.q_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
+        self.proj = FusedLinear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.keep_weights = False
         self.weights = None
@@ -84,7 +83,7 @@ class Attention(nn.Module):
         """Tokens (B, N, D) -> (B, N, D); with ``queries``, only the first ``queries`` tokens attend
         (to all N): (B, queries, D)."""
         B, N, C = x.shape
-        qkv = linear(x, self.qkv).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
@@ -94,7 +93,7 @@ class Attention(nn.Module):
         x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
                                  keep_weights=self.keep_weights)
         x = x.transpose(1, 2).reshape(B, q.shape[2], C)  # (B, N or queries, D)
-        return self.proj_drop(linear(x, self.proj))
+        return self.proj_drop(self.proj(x))
 
 
 @contextmanager

@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vision_attn.kernels import tracing
 from vision_attn.layers.patch_embed import to_2tuple
-from vision_attn.layers.tables import Tables, tracing
+from vision_attn.layers.tables import Tables
 from vision_attn.layers.window_attention import WindowAttention
 
 __all__ = ["CosineWindowAttention", "TorchvisionCosineWindowAttention", "log_spaced_coords", "LOGIT_SCALE_MAX"]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.layers.linear import linear
+from vision_attn.kernels import FusedLinear
 
 
 def pad_to_even(x: torch.Tensor) -> torch.Tensor:
@@ -34,7 +34,7 @@ class PatchMerging(nn.Module):
         self.dim = dim
         self.out_dim = out_dim or 2 * dim
         self.norm = norm_layer(self._norm_features())
-        self.reduction = nn.Linear(4 * dim, self.out_dim, bias=False)
+        self.reduction = FusedLinear(4 * dim, self.out_dim, bias=False)
 
     def _norm_features(self) -> int:
         return 4 * self.dim
@@ -47,7 +47,7 @@ class PatchMerging(nn.Module):
         return x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.norm(self.merge(x)), self.reduction)  # (B, H/2, W/2, out_dim)
+        return self.reduction(self.norm(self.merge(x)))  # (B, H/2, W/2, out_dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, out_dim={self.out_dim}"
@@ -62,4 +62,4 @@ class PatchMergingV2(PatchMerging):
         return self.out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(linear(self.merge(x), self.reduction))
+        return self.norm(self.reduction(self.merge(x)))

@@ -87,18 +87,18 @@ def _padded(H: int, W: int, window: Pair) -> Pair:
     return H + (window[0] - H % window[0]) % window[0], W + (window[1] - W % window[1]) % window[1]
 
 
-def to_windows(block: SwinBlock, x: torch.Tensor, masked: bool = False
+def to_windows(block: SwinBlock, x: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """Map (B, H, W, C) -> the block's (shifted) windows, their region mask and the gather orders.
 
-    Shifted (or ``masked``): token-major windows (B, N, nW, C), where the region mask (nW, N, N)
+    Shifted: token-major windows (B, N, nW, C), where the region mask (nW, N, N)
     broadcasts over the batch; else windows as rows (B*nW, N, 1, C), where the bias alone does
     (mask None). Returns (windows, mask, index, inverse)."""
     B, H, W, C = x.shape
     window = block.window_size
     Hp, Wp = _padded(H, W, window)
     shift = block.rule.at_run_time((Hp, Wp), window, block.shift_size)
-    token_major = masked or any(shift)
+    token_major = any(shift)
     index, inverse = block.windows.index((H, W), window, shift, block.rule.roll_before_pad, token_major, x.device)
     mask = block.windows.mask((Hp, Wp), window, shift, x.device, x.dtype) if token_major else None  # (nW, N, N)
     if Hp != H or Wp != W:
@@ -117,9 +117,16 @@ def from_windows(windows: torch.Tensor, x: torch.Tensor, window: Pair, index: to
     return y[:, :H, :W] if Hp != H or Wp != W else y
 
 
-# torch.fx symbolic tracing (torchvision's create_feature_extractor): size-dependent steps are leaves
-torch.fx.wrap("to_windows")
-torch.fx.wrap("from_windows")
+def attend_windows(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
+    """Pad ``x`` (B, H, W, C) to a window multiple, roll it by -shift, run ``block.attn`` within the
+    windows, undo both: (B, H, W, C)."""
+    windows, mask, index, inverse = to_windows(block, x)
+    return from_windows(block.attn(windows, mask), x, block.window_size, index, inverse)
+
+
+# torch.fx symbolic tracing (torchvision's create_feature_extractor): one leaf node, which takes the
+# layout for the run-time size exactly as the eager block does
+torch.fx.wrap("attend_windows")
 
 
 class SwinBlock(nn.Module):
@@ -164,18 +171,9 @@ class SwinBlock(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
 
-    def _window_attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Pad to a window multiple, roll by -shift, attend within windows, undo both; (B, H, W, C).
-
-        Roll, padding order and window partition are one gather each way (the order is cached per
-        map size); only the padding itself is a separate copy. Under torch.fx symbolic tracing the
-        two size-dependent steps are single graph nodes, and the graph takes the masked layout for
-        every block (a graph holds one layout for all sizes; a zero mask where nothing is shifted)."""
-        windows, mask, index, inverse = to_windows(self, x, isinstance(x, torch.fx.Proxy))
-        return from_windows(self.attn(windows, mask), x, self.window_size, index, inverse)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self._window_attention(self.norm1(x)))
+        # roll, padding order and window partition are one gather each way (cached per map size)
+        x = x + self.drop_path1(attend_windows(self, self.norm1(x)))
         return x + self.drop_path2(self.mlp(self.norm2(x)))
 
     def extra_repr(self) -> str:
@@ -191,5 +189,5 @@ class SwinV2Block(SwinBlock):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.norm1(self._window_attention(x)))
+        x = x + self.drop_path1(self.norm1(attend_windows(self, x)))
         return x + self.drop_path2(self.norm2(self.mlp(x)))

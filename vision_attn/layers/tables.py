@@ -6,17 +6,11 @@ from typing import Callable, Hashable, TypeVar
 
 import torch
 
-from vision_attn.layers.linear import capturing_graph
+from vision_attn.kernels import tracing
 
-__all__ = ["Tables", "tracing"]
+__all__ = ["Tables"]
 
 T = TypeVar("T")
-
-
-def tracing(*values: object) -> bool:
-    """Inside torch.compile, torch.export, jit tracing or ONNX export, or any of ``values`` a torch.fx
-    proxy (symbolic tracing): build, do not cache, do not write in place."""
-    return capturing_graph() or any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
 class Tables:

@@ -11,25 +11,20 @@ the gather 4 ms. :class:`ShiftedWindows` builds the gather order and the additiv
 :class:`WindowAttention` adds the relative position bias and the region mask into one additive mask
 for ``scaled_dot_product_attention``. With token-major windows (B, N, nW, C) the windows fold into
 the head dimension, q (B, nW*heads, N, d), as strided views of the qkv projection, so that the
-(nW*heads, N, N) mask broadcasts over the batch and nothing is copied per image. In training on the
-CPU the forward pass runs the fused kernel and the backward pass recomputes the softmax
-(:class:`_PackedBiasedAttention`): torch's own fallback for a broadcast mask that needs a gradient is
-very slow, and no (N, N) weights are kept between the passes.
+(nW*heads, N, N) mask broadcasts over the batch and nothing is copied per image
+(:func:`vision_attn.kernels.packed_sdpa`, whose training path recomputes the softmax in the backward
+pass: no (N, N) weights are kept between the passes).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.kernels import FusedLinear, fused_linear, fx_tracing, packed_sdpa, tracing
 from vision_attn.layers.attention import attend
-from vision_attn.layers.linear import linear
-from vision_attn.layers.softmax_attention import attention_backward, attention_forward, use_explicit
 from vision_attn.layers.patch_embed import to_2tuple
-from vision_attn.layers.tables import Tables, tracing
+from vision_attn.layers.tables import Tables
 
 __all__ = [
     "window_partition", "window_reverse", "window_index", "gather_tokens", "relative_position_index", "region_mask",
@@ -37,11 +32,6 @@ __all__ = [
 ]
 
 MASK_VALUE = -100.0  # what the official code, timm and torchvision add between regions (not -inf)
-
-
-def _exporting() -> bool:
-    """Inside torch.export or ONNX export (either exporter)."""
-    return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
 
 
 def window_partition(x: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
@@ -220,81 +210,17 @@ def resample_relative_position_bias(table: torch.Tensor, new_window: tuple[int, 
 
 
 # ------------------------------------------------------------------------------------------------
-def _split(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Packed (B, N, G, 3, d) -> q, k, v as strided views (B, G, N, d)."""
-    q, k, v = qkv.unbind(3)
-    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-
-
-class _PackedBiasedAttention(torch.autograd.Function):
-    """softmax(q kᵀ/√d + mask) v on the CPU for packed qkv (B, N, G, 3, d) and an additive mask
-    (1 or B, G, N, N) that needs a gradient; returns (B, N, G, d).
-
-    Forward: the fused flash kernel on strided views, or the explicit product where it was measured
-    faster (bf16, :mod:`~vision_attn.layers.softmax_attention`). Backward: the weights P recomputed
-    from q, k and the mask (no (N, N) weights kept between the passes), dS = P ∘ (dP − rowsum(dP ∘ P))
-    (:func:`~vision_attn.layers.softmax_attention.attention_backward`); the gradient of qkv is
-    written in its packed layout, the mask's is dS summed over the batch when it broadcasts.
-    """
-
-    @staticmethod
-    def forward(ctx, qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        q, k, v = _split(qkv)
-        if use_explicit(q, k, v, mask):  # bf16: the explicit product, measured faster
-            out = attention_forward(q, k, v, mask).transpose(1, 2)  # (B, N, G, d)
-        else:
-            out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask)
-            out = out.transpose(1, 2)  # (B, N, G, d): the kernel's own memory layout
-        ctx.save_for_backward(qkv, mask)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout: torch.Tensor):
-        qkv, mask = ctx.saved_tensors
-        q, k, v = (t.contiguous() for t in _split(qkv))  # (B, G, N, d)
-        dq, dk, dv, ds = attention_backward(q, k, v, mask, dout.transpose(1, 2).contiguous())
-        del q, k, v
-        dqkv = torch.empty_like(qkv)  # (B, N, G, 3, d): the gradients in the packed layout
-        for i, grad in enumerate((dq, dk, dv)):
-            dqkv[..., i, :].copy_(grad.transpose(1, 2))
-        dmask = ds.sum_to_size(mask.shape).to(mask.dtype) if ctx.needs_input_grad[1] else None
-        return dqkv, dmask
-
-
 def attend_packed(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0,
                   keep_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q kᵀ/√d + mask) v for q, k, v packed as (B, N, G, 3, d) (G groups: windows x heads)
     and an additive ``mask`` broadcasting to (B, G, N, N) that may need a gradient, as a learned
     position bias does. Returns the output (B, N, G, d) and, with ``keep_weights``, the weights
-    (B, G, N, N).
-
-    On the CPU in training the fused kernel with a recomputing backward (:class:`_PackedBiasedAttention`);
-    torch's own fallback for a broadcast mask that needs a gradient is very slow. Exporters get the
-    explicit product: the TorchScript ONNX exporter mis-broadcasts a fused call's mask, and
-    torch.export's decomposition changes the fused output's strides under a later view.
-    """
-    q, k, v = _split(qkv)
-    if _exporting():
-        attn = (torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1)) + mask).softmax(dim=-1)  # (B, G, N, N)
-        return torch.matmul(F.dropout(attn, dropout_p) if dropout_p else attn, v).transpose(1, 2), None
-    # torch.fx symbolic tracing: one graph for training and inference, the plain fused call
-    needs_grad = (not isinstance(qkv, torch.fx.Proxy) and torch.is_grad_enabled()
-                  and (qkv.requires_grad or mask.requires_grad))
-    if needs_grad and not keep_weights:
-        if (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dtype in (torch.float32, torch.bfloat16)
-                and not tracing() and not isinstance(qkv, torch._subclasses.FakeTensor)):
-            return _PackedBiasedAttention.apply(qkv, mask), None
-        if mask.requires_grad:  # a full-size mask: the fused kernels differentiate it without a broadcast reduction
-            mask = mask.expand(q.shape[0], -1, -1, -1)
-    out, weights = attend(q, k, v, mask, dropout_p, keep_weights)  # (B, G, N, d)
+    (B, G, N, N)."""
+    if not keep_weights:
+        return packed_sdpa(qkv, mask, dropout_p), None
+    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # (B, G, N, d) each
+    out, weights = attend(q, k, v, mask, dropout_p, keep_weights=True)
     return out.transpose(1, 2), weights
-
-
-class _Affine(NamedTuple):
-    """A weight and bias in the place of an ``nn.Linear`` for :func:`~vision_attn.layers.linear.linear`."""
-
-    weight: torch.Tensor
-    bias: torch.Tensor | None
 
 
 class WindowAttention(nn.Module):
@@ -333,9 +259,9 @@ class WindowAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.window_size = to_2tuple(window_size)
         self._init_position_bias()
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.qkv = FusedLinear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
+        self.proj = FusedLinear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.keep_weights = False
         self.weights = None
@@ -364,12 +290,13 @@ class WindowAttention(nn.Module):
         """The bias (3C,) of the qkv projection, in (q/k/v, head, d) order."""
         return self.qkv.bias
 
-    def _qkv_by_head(self) -> _Affine:
-        """The qkv projection with its output rows reordered from (q/k/v, head, d) to (head, q/k/v, d)."""
+    def _qkv_by_head(self, x: torch.Tensor) -> torch.Tensor:
+        """The qkv projection of ``x`` (..., C) with its output features in (head, q/k/v, d) order
+        instead of the weight's (q/k/v, head, d): (..., 3C)."""
         h, d, C = self.num_heads, self.head_dim, self.dim
         w = self.qkv.weight.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
         b = self.qkv_bias()
-        return _Affine(w, b.view(3, h, d).transpose(0, 1).reshape(3 * C) if b is not None else None)
+        return fused_linear(x, w, b.view(3, h, d).transpose(0, 1).reshape(3 * C) if b is not None else None)
 
     def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
         """Packed (B, N, nW*heads, 3, d) -> what the kernel takes, which divides q kᵀ by √d: as it is here."""
@@ -378,7 +305,7 @@ class WindowAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # windows (B*nW, N, C): as token-major windows, one window per row if unmasked (torch.fx traces
         # Swin blocks, which give (B, N, nW, C))
-        if not isinstance(x, torch.fx.Proxy) and x.dim() == 3:
+        if not fx_tracing(x) and x.dim() == 3:
             Bw, N, C = x.shape
             if mask is None:
                 return self.forward(x.view(Bw, N, 1, C)).view(Bw, N, C)
@@ -387,7 +314,7 @@ class WindowAttention(nn.Module):
             return out.transpose(1, 2).reshape(Bw, N, C)
         B, N, nW, C = x.shape
         h, d = self.num_heads, self.head_dim
-        qkv = self.scale_qk(linear(x, self._qkv_by_head()).view(B, N, nW * h, 3, d))  # packed: no copy to split heads
+        qkv = self.scale_qk(self._qkv_by_head(x).view(B, N, nW * h, 3, d))  # packed: no copy to split heads
         bias = self.relative_position_bias().to(qkv.dtype)  # (heads, N, N)
         if mask is None:
             full = bias.expand(nW, h, N, N) if nW > 1 else bias.unsqueeze(0)
@@ -398,7 +325,7 @@ class WindowAttention(nn.Module):
         out, weights = attend_packed(qkv, full, dropout_p, self.keep_weights)  # (B, N, nW*heads, d)
         self.weights = weights.view(B * nW, h, N, N) if weights is not None else None
         x = out.reshape(B, N, nW, C)  # a view of the fused kernel's output
-        return self.proj_drop(linear(x, self.proj))
+        return self.proj_drop(self.proj(x))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"

@@ -21,7 +21,6 @@ from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import PatchEmbed, to_2tuple
-from vision_attn.layers.linear import linear
 from vision_attn.layers.patch_merging import PatchMerging
 from vision_attn.layers.swin_block import WINDOW_RULES, SwinBlock, WindowRule
 from vision_attn.layers.window_attention import ShiftedWindows, WindowAttention, resample_relative_position_bias
@@ -109,9 +108,7 @@ class ClassifierHead(nn.Module):
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.drop(x.mean(dim=(1, 2)))  # (B, C)
-        if pre_logits or isinstance(self.fc, nn.Identity):  # a swapped-in fc (e.g. quantized) still runs
-            return x
-        return linear(x, self.fc)
+        return x if pre_logits else self.fc(x)
 
 
 class SwinTransformer(TimmContract, nn.Module):

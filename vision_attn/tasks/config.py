@@ -3,7 +3,7 @@
 Sections follow LightningCLI: ``model`` (:class:`ClassificationModule`'s or :class:`DetectionModule`'s
 arguments), ``data`` (:class:`ClassificationDataModule`'s or :class:`DetectionDataModule`'s), ``trainer`` (``pytorch_lightning.Trainer``'s, passed through:
 ``devices``, ``strategy``, ``num_nodes``, ``precision``, ``gradient_clip_val``, ...), and top-level
-``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``, and ``checkpoint``
+``name``, ``runs_dir``, ``seed``, ``resume``, ``ckpt_path``, ``overwrite``, ``threads``, ``kernels`` and ``checkpoint``
 (``every_n_steps``, ``every_minutes``: periodic mid-epoch checkpoints). A key that is not known
 is a :class:`ConfigError` naming the closest known key; so is a value of the wrong type.
 """
@@ -14,7 +14,7 @@ import os
 import re
 from argparse import Namespace as _ArgNamespace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
 from vision_attn.io.resources import KINDS, find_shipped, resolve_path
@@ -57,6 +57,8 @@ def build_train_parser(task: Task):
     from jsonargparse import ActionConfigFile, ArgumentParser
     from pytorch_lightning import Trainer
 
+    from vision_attn.kernels import PLAN_NAMES  # with torch: only where a training parser is built
+
     folder = "/".join(KINDS[task.name])
     _register_bounded_loader()
     parser = ArgumentParser(
@@ -83,6 +85,10 @@ def build_train_parser(task: Task):
     parser.add_argument("--threads", type=int | None, default=None,
                         help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
                              "plus a data worker can beat 2 threads")
+    parser.add_argument("--kernels", type=Literal[PLAN_NAMES] | None, default=None,
+                        help="the CPU kernel plan: measured (timed once per machine), aten (PyTorch's standard "
+                             "kernels) or onednn (fixed); default: the run's recorded plan when it continues, else "
+                             "aten with --trainer.deterministic true, else $VISION_ATTN_KERNELS (measured)")
     parser.add_class_arguments(task.module, "model", skip=set(task.filled))
     parser.add_class_arguments(task.datamodule, "data")
     parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP)

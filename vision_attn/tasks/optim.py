@@ -18,7 +18,7 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 
-from vision_attn.analysis.benchmark import OPTIMIZERS  # the project's one table of optimizers by name
+from vision_attn.optimizers import OPTIMIZERS
 
 __all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "FUSED_DEVICES", "STEP_KEYS",
            "fused_step_applies", "lightning_clips_under_autocast", "build_optimizer"]

@@ -3,7 +3,8 @@
 Layout: ``config.yaml`` (the full configuration), ``best.ckpt`` and ``last.ckpt`` (Lightning
 checkpoints with optimizer, scheduler and EMA state), ``model.safetensors`` (the final evaluation
 weights, loadable by ``create_model(name, pretrained=...)``), ``metrics.json``, ``csv/metrics.csv``,
-``tensorboard/`` (event files), ``loss.png``, ``accuracy.png``, ``confusion.png``; ``previous.ckpt`` (the
+``tensorboard/`` (event files), ``loss.png``, ``accuracy.png``, ``confusion.png``; ``kernels.json`` (the
+CPU kernel plan the run trains with, reused when it continues); ``previous.ckpt`` (the
 ``last.ckpt`` before the latest), ``progress.json`` (step and epoch of ``last.ckpt``) and ``resumes.json``
 (each resume: the checkpoint and the step it continued from).
 """
@@ -34,6 +35,7 @@ class RunFolder:
     resumes = property(lambda self: self.path / "resumes.json")
     weights = property(lambda self: self.path / "model.safetensors")
     metrics = property(lambda self: self.path / "metrics.json")
+    kernels = property(lambda self: self.path / "kernels.json")
     csv = property(lambda self: self.path / "csv" / "metrics.csv")
 
     def check(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:

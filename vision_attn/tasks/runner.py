@@ -3,7 +3,8 @@
 :func:`run_training` holds what every task shares (run folder rules, resume, seeding, threads,
 loggers, atomic checkpoints, the final validation); a :class:`~vision_attn.tasks.task.Task` supplies the
 rest: building the data and module, the metric checkpoints follow, and the end-of-run report (each
-task's ``fit.py``). Under DDP Lightning starts the other processes by
+task's ``fit.py``); the end of a run (final weights, FLOPs of the network, curves, ``metrics.json``) is
+written here, with what the task adds. Under DDP Lightning starts the other processes by
 running the same command line again; they find the run folder the first process prepared, train their
 share, and leave the writing of files to it.
 
@@ -30,14 +31,18 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
+from vision_attn.analysis.flops import count_flops
 from vision_attn.data import unwrap_worker_error
 from vision_attn.errors import CheckpointError, ConfigError, TrainingError, VisionAttnError
 from vision_attn.io.atomic import save_torch, write_json, write_text
 from vision_attn.io.state_dict import read_checkpoint
+from vision_attn.kernels import current_plan, set_kernel_plan
 from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
 from vision_attn.tasks.checkpointer import Checkpointer
 from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
+from vision_attn.tasks.kernel_plan import choose_kernel_plan
 from vision_attn.tasks.logs import run_loggers
+from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.resume_state import ResumeState
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.task import Echo, Task
@@ -152,13 +157,14 @@ def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
     start = time.perf_counter()
     say: Echo = echo if echo is not None and _global_rank() == 0 else (lambda line: None)
     cfg = config if hasattr(config, "as_dict") else parse_train_config(config, task)
-    threads = torch.get_num_threads()
+    threads, plan = torch.get_num_threads(), current_plan()
     try:
         with warnings.catch_warnings():  # the filters below stay inside this call
             _quiet_lightning()
             return _train(cfg, say, start, task)
     finally:
         torch.set_num_threads(threads)
+        set_kernel_plan(plan)
 
 
 def _named_config_error(section: str, e: Exception, keys: Sequence[str] = ()) -> ConfigError:
@@ -218,14 +224,21 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
+    # the kernel plan of the run being continued (or prepared by the main process), else a new one
+    recorded = Path(ckpt_path).parent / run.kernels.name if ckpt_path is not None else (
+        run.kernels if not main_process else None)
+    plan, why = choose_kernel_plan(cfg.kernels, trainer_cfg.get("deterministic"), recorded)
+    set_kernel_plan(plan)
 
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
     run.prepare(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
+        write_json(run.kernels, plan.as_dict())
         if resumed is not None:
             _record_resume(run, resumed)
+    say(f"kernels: the {plan.name} plan ({why}), recorded in {run.kernels.name}")
     if resumed is not None:
         say(f"resuming from {ckpt_path} at step {resumed.step} (epoch {resumed.epoch})")
     fit_start = time.perf_counter()
@@ -245,10 +258,26 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     fit_seconds = time.perf_counter() - fit_start
     if not trainer.is_global_zero:
         return TrainResult(run.path, {})
-    metrics = task.finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path)
+    metrics = _finish(run, trainer, module, datamodule, cfg, task,
+                      run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None))
     say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
         f"run folder: {run.path}")
     return TrainResult(run.path, metrics)
+
+
+def _finish(run: RunFolder, trainer, module, datamodule, cfg, task: Task, common: dict[str, Any]) -> dict[str, Any]:
+    """Write model.safetensors, the curves, the task's own figures and metrics.json; return the metrics."""
+    save_final_weights(run, trainer, module)
+    with torch.device("meta"):  # a copy without memory or arithmetic: the trained one may be compiled
+        shadow, label = task.shadow(module, cfg)
+    flops = count_flops(shadow, cfg.data.img_size, name=label)
+    plot_curves(epoch_history(run.csv), run.path, task.panels)
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_score if callback is not None else None
+    metrics = task.report(run, trainer.callback_metrics, module, datamodule, cfg, flops=flops,
+                          best=None if best is None else float(best), common=common)
+    write_json(run.metrics, metrics)
+    return metrics
 
 
 def metric_value(metrics: Mapping[str, Any], key: str) -> float | None:
@@ -280,10 +309,12 @@ def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, 
         "resumes": json.loads(run.resumes.read_text()) if run.resumes.is_file() else [],
         "ema": ema,
         "precision": str(trainer.precision),
+        "kernels": current_plan().name,
         "devices": trainer.num_devices,
         "world_size": trainer.world_size,
         "files": {"best": run.best.name, "last": run.last.name, "previous": run.previous.name,
                   "progress": run.progress.name, "resumes": run.resumes.name, "weights": run.weights.name,
-                  "config": run.config.name, "csv": "csv/metrics.csv", "tensorboard": "tensorboard/"},
+                  "config": run.config.name, "kernels": run.kernels.name, "csv": "csv/metrics.csv",
+                  "tensorboard": "tensorboard/"},
         "torch": torch.__version__,
     }

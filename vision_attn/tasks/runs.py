@@ -2,7 +2,9 @@
 EMA), its task, class names, input size and image normalisation, rebuilt from the model description
 its checkpoint records (a ``create_model`` name and arguments, or a detector YAML's dict), never from a
 path that may have moved. Each task's ``run.py`` fills one in; :func:`vision_attn.tasks.load_run`
-picks the task from the checkpoint."""
+picks the task from the checkpoint. An ultralytics ``.pt`` is a detection run's checkpoint here: read
+as the :class:`~vision_attn.io.ultralytics_pt.UltralyticsCheckpoint` it holds, which the detection
+task lays out as its own (:func:`vision_attn.tasks.detect.run.ultralytics_run_checkpoint`)."""
 from __future__ import annotations
 
 import os
@@ -14,6 +16,7 @@ from torch import nn
 
 from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import lightning_weights, read_checkpoint, run_checkpoint_path
+from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 
 __all__ = ["Run", "read_run_checkpoint", "task_of", "load_run_weights"]
 
@@ -38,11 +41,14 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any] | UltralyticsCheckpoint, Path]:
     """The checkpoint dict of a run (``runs/NAME/best.ckpt``, or the run folder itself: its best, else
-    last) and the file's path; CheckpointError for a file that is not a vision_attn run's checkpoint."""
+    last), or the :class:`UltralyticsCheckpoint` of an ultralytics ``.pt`` (a detection run's, see
+    :func:`task_of`), and the file's path; CheckpointError for a file that is neither."""
     file = run_checkpoint_path(path)
     ckpt = read_checkpoint(file)
+    if isinstance(ckpt, UltralyticsCheckpoint):
+        return ckpt, file
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise CheckpointError(f"{file}: not a vision_attn run checkpoint (no state_dict and hyper-parameters); for a "
                               "plain weights file use create_model(name, pretrained=PATH) or --model/--yaml with "
@@ -50,8 +56,11 @@ def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], Path]:
     return ckpt, file
 
 
-def task_of(ckpt: dict[str, Any]) -> str | None:
-    """The task a run's checkpoint records (checkpoints from before the record: recognised by content)."""
+def task_of(ckpt: dict[str, Any] | UltralyticsCheckpoint) -> str | None:
+    """The task a run's checkpoint records (checkpoints from before the record, and ultralytics ``.pt``
+    files: recognised by content)."""
+    if isinstance(ckpt, UltralyticsCheckpoint):
+        return "det"
     if isinstance(ckpt.get("task"), str):
         return ckpt["task"]
     if "model_yaml" in ckpt or "detector_yaml" in ckpt or \

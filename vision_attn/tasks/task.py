@@ -21,8 +21,11 @@ class Task:
     sections; ``filled``: ``model`` arguments the data set fills in; ``paths``: dotted config keys that
     name files, with the kinds of shipped config they may name (see :func:`vision_attn.io.resources.resolve_path`);
     ``monitor``: the validation metric ``best.ckpt`` maximises; ``build(cfg, say) -> (module, datamodule)``;
-    ``finish(run, trainer, module, datamodule, cfg, start, fit_seconds, ckpt_path) -> metrics`` writes the
-    task's files and ``metrics.json``; ``summary(metrics) -> str`` is the last progress line;
+    ``shadow(module, cfg) -> (network, label)`` rebuilds the trained network's architecture (the
+    runner builds it on the meta device to count its FLOPs); ``panels``: the curves ``plot_curves``
+    draws; ``report(run, callback_metrics, module, datamodule, cfg, *, flops, best, common) -> metrics``
+    writes the task's own figures and returns ``metrics.json``'s content (``common``: the entries
+    every task writes); ``summary(metrics) -> str`` is the last progress line;
     ``load(ckpt, path, device, weights) -> Run`` rebuilds a trained run from its checkpoint;
     ``lr_monitor``: log the schedulers' rates (tasks that set rates themselves log them).
     """
@@ -34,7 +37,9 @@ class Task:
     filled: frozenset[str]
     monitor: str
     build: Callable[[Any, Echo], tuple[Any, Any]]
-    finish: Callable[..., dict[str, Any]]
+    shadow: Callable[[Any, Any], tuple[Any, str]]
+    panels: Any
+    report: Callable[..., dict[str, Any]]
     summary: Callable[[dict[str, Any]], str]
     load: Callable[..., Any]
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict)

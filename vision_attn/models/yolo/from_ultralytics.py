@@ -121,6 +121,8 @@ def pretrained_yaml(path: str | os.PathLike) -> str | None:
     if not Path(path).is_file():
         return None
     obj = read_checkpoint(path)
+    if isinstance(obj, UltralyticsCheckpoint):
+        return yaml_text(obj.yaml, str(path))
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("detector_yaml"), str):

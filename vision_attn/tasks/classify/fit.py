@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import torch
-
-from vision_attn.analysis.flops import count_flops
 from vision_attn.errors import DataError
-from vision_attn.io.atomic import write_json
 from vision_attn.tasks.classify.data import ClassificationDataModule
 from vision_attn.tasks.classify.module import ClassificationModule
 from vision_attn.tasks.classify.network import build_network
 from vision_attn.tasks.classify.plots import CLASSIFICATION_PANELS, plot_confusion
 from vision_attn.tasks.classify.run import accuracy_report, load_classifier_run
 from vision_attn.tasks.config import to_dict
-from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.run_folder import RunFolder
-from vision_attn.tasks.runner import TrainResult, metric_value, run_metrics, run_training, save_final_weights
+from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_classifier", "CLASSIFY"]
@@ -56,25 +51,20 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     return module, datamodule
 
 
-def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_seconds: float,
-            ckpt_path: str | None) -> dict[str, Any]:
-    """Write model.safetensors, the figures and metrics.json; return the metrics."""
-    save_final_weights(run, trainer, module)
-    img_size = cfg.data.img_size
-    with torch.device("meta"):  # a copy without memory or arithmetic: the trained one may be compiled
-        shadow = build_network(cfg.model.name, cfg.model.model_kwargs, attention=cfg.model.attention,
-                               num_classes=module.hparams.num_classes, img_size=img_size)
-    flops = count_flops(shadow, img_size, name=cfg.model.name)
-    callback = trainer.checkpoint_callback
-    best = callback.best_model_score if callback is not None else None
-    history = epoch_history(run.csv)
-    plot_curves(history, run.path, CLASSIFICATION_PANELS)
+def _shadow(module, cfg) -> tuple[Any, str]:
+    net = build_network(cfg.model.name, cfg.model.model_kwargs, attention=cfg.model.attention,
+                        num_classes=module.hparams.num_classes, img_size=cfg.data.img_size)
+    return net, cfg.model.name
+
+
+def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
+            common: dict[str, Any]) -> dict[str, Any]:
+    """The confusion figure, and metrics.json with the accuracy figures."""
     report: dict[str, Any] = {}
     if module.last_confusion is not None:
         plot_confusion(module.last_confusion, module.class_names, run.path / "confusion.png")
         report = accuracy_report(module.last_confusion, module.class_names)
-    cm = trainer.callback_metrics
-    metrics = {
+    return {
         "name": cfg.name,
         "model": cfg.model.name,
         "model_kwargs": cfg.model.model_kwargs or {},
@@ -84,19 +74,17 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "val_images": len(datamodule.splits.val),
         "ignored_files": datamodule.splits.ignored,
         "skipped_bad_images": len(datamodule.splits.bad),
-        "img_size": img_size,
+        "img_size": cfg.data.img_size,
         "val_top1": metric_value(cm, "val/top1"),
         "val_top5": metric_value(cm, "val/top5"),
         "val_loss": metric_value(cm, "val/loss"),
         "train_loss": metric_value(cm, "train/loss_epoch"),
-        "best_val_top1": None if best is None else float(best),
-        **run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
+        "best_val_top1": best,
+        **common,
         "params": flops.params,
         "gmacs": round(flops.gmacs, 6),
         "per_class_accuracy": report.get("per_class_accuracy", {}),
     }
-    write_json(run.metrics, metrics)
-    return metrics
 
 
 def _pct(x: float | None) -> str:
@@ -107,6 +95,7 @@ CLASSIFY = Task(
     name="cls", title="Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg).",
     module=ClassificationModule, datamodule=ClassificationDataModule,
     filled=frozenset({"num_classes", "img_size", "class_names"}), monitor="val/top1",
-    build=_build_classification, finish=_finish, load=load_classifier_run,
+    build=_build_classification, shadow=_shadow, panels=CLASSIFICATION_PANELS, report=_report,
+    load=load_classifier_run,
     summary=lambda m: f"val top-1: {_pct(m['val_top1'])}, top-5: {_pct(m['val_top5'])}",
     paths={"model.pretrained": (), "model.teacher": (), "data.root": ()})

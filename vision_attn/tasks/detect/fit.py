@@ -10,19 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import torch
-
-from vision_attn.analysis.flops import count_flops
-from vision_attn.io.atomic import write_json
 from vision_attn.models.yolo import build_detector
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.detect.data import DetectionDataModule
 from vision_attn.tasks.detect.module import DetectionModule, load_detector_yaml
 from vision_attn.tasks.detect.plots import DETECTION_PANELS
 from vision_attn.tasks.detect.run import load_detector_run
-from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.run_folder import RunFolder
-from vision_attn.tasks.runner import TrainResult, metric_value, run_metrics, run_training, save_final_weights
+from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_detector", "DETECT"]
@@ -52,19 +47,15 @@ def _build(cfg, say: Echo) -> tuple[Any, Any]:
     return module, datamodule
 
 
-def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_seconds: float,
-            ckpt_path: str | None) -> dict[str, Any]:
-    """Write model.safetensors, the curves and metrics.json; return the metrics."""
-    save_final_weights(run, trainer, module)
-    img_size = cfg.data.img_size
-    with torch.device("meta"):
-        shadow = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
-    flops = count_flops(shadow, img_size, name=module.yaml_source)
-    plot_curves(epoch_history(run.csv), run.path, DETECTION_PANELS)
-    callback = trainer.checkpoint_callback
-    best = callback.best_model_score if callback is not None else None
+def _shadow(module, cfg) -> tuple[Any, str]:
+    net = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
+    return net, module.yaml_source
+
+
+def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
+            common: dict[str, Any]) -> dict[str, Any]:
+    """metrics.json with the mAP figures."""
     report = module.last_report
-    cm = trainer.callback_metrics
     metrics = {
         "name": cfg.name,
         "model": module.yaml_source,
@@ -75,18 +66,17 @@ def _finish(run: RunFolder, trainer, module, datamodule, cfg, start: float, fit_
         "val_images": len(datamodule.val_set),
         "train_data": datamodule.train_set.stats.summary(),
         "val_data": datamodule.val_set.stats.summary(),
-        "img_size": img_size,
+        "img_size": cfg.data.img_size,
         "val_map": metric_value(cm, "val/mAP50-95"),
         "val_map50": metric_value(cm, "val/mAP50"),
         "train_loss": metric_value(cm, "train/loss_epoch"),
-        "best_val_map": None if best is None else float(best),
-        **run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
+        "best_val_map": best,
+        **common,
         "params": flops.params,
         "gflops": round(2 * flops.gmacs, 6),
         "per_class_ap": report.as_dict()["per_class"] if report is not None else {},
     }
     metrics["files"].update(predictions="predictions.png", curves=["loss.png", "map.png"])
-    write_json(run.metrics, metrics)
     return metrics
 
 
@@ -97,6 +87,7 @@ def _pct(x: float | None) -> str:
 DETECT = Task(
     name="det", title="Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes).",
     module=DetectionModule, datamodule=DetectionDataModule, filled=frozenset({"num_classes", "class_names"}),
-    monitor="val/mAP50-95", build=_build, finish=_finish, load=load_detector_run, lr_monitor=False,
+    monitor="val/mAP50-95", build=_build, shadow=_shadow, panels=DETECTION_PANELS, report=_report,
+    load=load_detector_run, lr_monitor=False,
     summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
     paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()})

@@ -4,8 +4,8 @@ A detection run's ``best.ckpt`` / ``last.ckpt`` holds the detector YAML's text, 
 names and the data's image size beside the weights; it is read with ``torch.load(weights_only=True)``
 and the EMA weights are used when the run kept an EMA. An end-to-end detector (YOLO26, YOLOv10) gives
 its detections without NMS (the top-k of its one-to-one branch, ``postprocess(end2end=True)``). An
-ultralytics ``.pt`` reads as such a checkpoint too (:func:`vision_attn.io.state_dict.read_checkpoint`,
-without ultralytics).
+ultralytics ``.pt`` (read without ultralytics by :mod:`vision_attn.io.ultralytics_pt`) is laid out as
+such a checkpoint by :func:`ultralytics_run_checkpoint`.
 """
 from __future__ import annotations
 
@@ -24,13 +24,34 @@ from vision_attn.evaluation import coco_map
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.io.atomic import write_json
 from vision_attn.io.resources import resolve_path
+from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
 
-__all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "evaluate_detector", "predict_detections",
-           "ImageList"]
+__all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
+           "evaluate_detector", "predict_detections", "ImageList"]
+
+
+def _run_checkpoint(model_yaml: dict[str, Any], scale: str | None, state: dict[str, torch.Tensor], *,
+                    names: Sequence[str], num_classes: int, img_size: int, source: str,
+                    **hyper_parameters: Any) -> dict[str, Any]:
+    """The layout of a detection run's ``best.ckpt`` (what :func:`load_detector_run` reads): the task,
+    the model YAML dict and scale, the network's weights under Lightning's ``model.`` prefix, the class
+    names and count, where the weights came from (and ``hyper_parameters``) and the image size."""
+    return {"task": "det", "model_yaml": model_yaml, "model_scale": scale,
+            "state_dict": {f"model.{k}": v for k, v in state.items()},
+            "hyper_parameters": {"scale": scale, "num_classes": num_classes, "class_names": list(names),
+                                 "source": source, **hyper_parameters},
+            "datamodule_hyper_parameters": {"img_size": int(img_size)}}
+
+
+def ultralytics_run_checkpoint(ckpt: UltralyticsCheckpoint) -> dict[str, Any]:
+    """An ultralytics ``.pt`` (already read) as a detection run's checkpoint: its model YAML dict and
+    scale, its float32 weights, class names, training arguments and training image size."""
+    return _run_checkpoint(ckpt.yaml, ckpt.scale, ckpt.state_dict, names=ckpt.names, num_classes=ckpt.nc,
+                           img_size=ckpt.img_size, source=str(ckpt.path), train_args=ckpt.train_args)
 
 
 def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names: Sequence[str], img_size: int,
@@ -46,18 +67,18 @@ def detector_checkpoint(yaml_text: str, state: dict[str, torch.Tensor], *, names
         raise CheckpointError(f"{source}: {len(unknown)} tensor(s) do not fit the edited detector "
                               f"({', '.join(unknown[:4])}); the YAML and the weights are of different models")
     model.load_state_dict(state, strict=False)
-    return {"task": "det", "model_yaml": load_yaml(yaml_text)[0], "model_scale": model.scale,
-            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-            "hyper_parameters": {"scale": model.scale, "num_classes": len(names), "class_names": list(names),
-                                 "source": source},
-            "datamodule_hyper_parameters": {"img_size": int(img_size)}}
+    return _run_checkpoint(load_yaml(yaml_text)[0], model.scale, model.state_dict(), names=names,
+                           num_classes=len(names), img_size=img_size, source=source)
 
 
-def load_detector_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
-                      weights: bool = True) -> Run:
-    """The detection run of the checkpoint dict ``ckpt`` (read from ``path``): the detector rebuilt from
-    the YAML dict (or, in older checkpoints, text) and scale it records, on ``device`` (with the run's
-    weights unless ``weights`` is False), its class names and input size."""
+def load_detector_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path, *,
+                      device: str | torch.device = "cpu", weights: bool = True) -> Run:
+    """The detection run of the checkpoint dict ``ckpt`` (read from ``path``; an ultralytics ``.pt``'s
+    checkpoint is laid out as one first): the detector rebuilt from the YAML dict (or, in older
+    checkpoints, text) and scale it records, on ``device`` (with the run's weights unless ``weights`` is
+    False), its class names and input size."""
+    if isinstance(ckpt, UltralyticsCheckpoint):
+        ckpt = ultralytics_run_checkpoint(ckpt)
     hp = dict(ckpt.get("hyper_parameters") or {})
     description = ckpt.get("model_yaml", ckpt.get("detector_yaml"))
     if description is None and isinstance(hp.get("yaml"), str):  # checkpoints from before the record: the path

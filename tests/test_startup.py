@@ -1,0 +1,95 @@
+"""``import vision_attn``, ``vision-attn --help`` and ``vision-attn configs`` load neither torch nor
+Lightning (nor timm, torchvision, numpy, matplotlib, onnx): the public names load on first use and the
+commands import their dependencies inside their functions. Each check runs in a fresh process, since
+this one has torch loaded already; what is loaded is checked, never how long it takes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vision_attn
+
+HEAVY = ("torch", "torchvision", "lightning", "lightning_fabric", "pytorch_lightning", "timm", "numpy", "matplotlib",
+         "onnx")
+"""Top-level packages that a command which only parses or lists must not import."""
+
+# What a fresh python runs: sys.argv[1] names the packages to look for (comma-separated); CHECK_CLI
+# runs the command line's main on the rest of sys.argv and prints, as JSON, its exit status, its output
+# and which of those packages are loaded; CHECK_IMPORT only imports vision_attn.
+CHECK_CLI = """
+import contextlib, io, json, sys
+from vision_attn.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    status = main(sys.argv[2:])
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))
+print(json.dumps({"status": status, "out": out.getvalue(), "loaded": loaded}))
+"""
+CHECK_IMPORT = """
+import json, sys
+import vision_attn
+print(json.dumps({"loaded": sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))}))
+"""
+
+
+def _env() -> dict[str, str]:
+    """This process's environment (the conftest's HOME and caches), with this checkout first on the path."""
+    root = str(Path(vision_attn.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _fresh(script: str, *argv: str) -> dict:
+    """What a fresh ``python -c script HEAVY argv...`` prints (its last line, JSON)."""
+    proc = subprocess.run([sys.executable, "-c", script, ",".join(HEAVY), *argv], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_vision_attn_loads_no_torch():
+    assert _fresh(CHECK_IMPORT)["loaded"] == []
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--help"], "usage: vision-attn"),
+    (["configs"], "yolov8"),
+    (["configs", "show", "demo_digits"], "model:"),
+    (["train", "--help"], "usage: vision-attn train"),
+])
+def test_listing_commands_load_no_torch(argv, shown):
+    result = _fresh(CHECK_CLI, *argv)
+    assert result["status"] == 0
+    assert shown in result["out"]
+    assert result["loaded"] == [], f"vision-attn {' '.join(argv)} imported {result['loaded']}"
+
+
+def test_python_dash_m_help():
+    proc = subprocess.run([sys.executable, "-m", "vision_attn", "--help"], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: vision-attn")
+
+
+def test_public_names_resolve_on_first_use():
+    from vision_attn import create_model
+    from vision_attn.layers.plugins import get_attention
+    from vision_attn.models import build_detector, insert_attention, list_models
+
+    assert create_model is vision_attn.create_model is vision_attn.models.create_model
+    assert (vision_attn.build_detector, vision_attn.list_models, vision_attn.insert_attention,
+            vision_attn.get_attention) == (build_detector, list_models, insert_attention, get_attention)
+    assert "vit_tiny_patch16_224" in vision_attn.list_models("vit_tiny*")
+    assert vision_attn.kernels.current_plan is not None  # a subpackage, as an attribute
+    assert issubclass(vision_attn.ConfigError, vision_attn.VisionAttnError)
+    assert set(vision_attn.__all__) <= set(dir(vision_attn))
+    namespace: dict = {}
+    exec("from vision_attn import *", namespace)
+    assert set(vision_attn.__all__) <= set(namespace)
+    with pytest.raises(AttributeError, match="no attribute 'create_modle'"):
+        vision_attn.create_modle
