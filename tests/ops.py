@@ -9,6 +9,12 @@ from typing import Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+# A ViT and a Swin small enough for a training step in a test: (name, create_model kwargs, img size).
+SMALL_MODELS = [
+    ("vit_tiny_patch16_224", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7), 32),
+    ("swin_tiny_patch4_window7_224", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, num_classes=7), 32),
+]
+
 
 class OpLog(TorchDispatchMode):
     """Records the name of every op dispatched inside the ``with`` block in ``ops``."""

@@ -32,6 +32,9 @@ def test_eval_predict_flops_export_and_insert(files, capsys, tmp_path):
     assert source["images"] == 8 and set(source["per_class"]) == set(DIGITS)
 
     cbam_yaml, cbam_pt = tmp_path / "cbam.yaml", tmp_path / "cbam.pt"
+    # the .pt as the file to edit, without --checkpoint-out: refused before anything is written
+    assert main(["yaml", "insert", str(best), "--block", "CBAM", "--after", "C2f", "-o", str(cbam_yaml)]) == 2
+    assert "needs --checkpoint-out NEW.pt" in capsys.readouterr().err and not cbam_yaml.exists()
     assert main(["yaml", "insert", "--checkpoint", str(best), "--block", "CBAM", "--after", "C2f", "-o", str(cbam_yaml),
                  "--checkpoint-out", str(cbam_pt)]) == 0
     out = capsys.readouterr().out

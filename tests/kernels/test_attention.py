@@ -22,7 +22,7 @@ from vision_attn.kernels.cache import PLANS_FILE
 from vision_attn.kernels.explicit import explicit_attention
 from vision_attn.layers import attend
 
-from tests.ops import ops_of, printed_with_fast_paths_off
+from tests.ops import SMALL_MODELS, ops_of, printed_with_fast_paths_off
 
 measure = importlib.import_module("vision_attn.kernels.measure")
 plan_module = importlib.import_module("vision_attn.kernels.plan")
@@ -261,10 +261,7 @@ def test_the_choice_is_measured_once_and_kept_in_the_cache(monkeypatch, tmp_path
     assert json.loads((tmp_path / PLANS_FILE).read_text())[key]["kernel"] == "fused"
 
 
-@pytest.mark.parametrize("name,kwargs,size", [
-    ("vit_tiny_patch16_224", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7), 32),
-    ("swin_tiny_patch4_window7_224", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, num_classes=7), 32),
-])
+@pytest.mark.parametrize("name,kwargs,size", SMALL_MODELS)
 def test_bf16_training_step_gradients_on_either_kernel_agree(name, kwargs, size):
     torch.manual_seed(0)
     model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice

@@ -36,7 +36,7 @@ from vision_attn.kernels.onednn import PRODUCTS
 from vision_attn.kernels.timing import crossover
 from vision_attn.layers import Mlp
 
-from tests.ops import OpLog, ops_of, printed_with_fast_paths_off
+from tests.ops import SMALL_MODELS, OpLog, ops_of, printed_with_fast_paths_off
 
 measure = importlib.import_module("vision_attn.kernels.measure")
 onednn = importlib.import_module("vision_attn.kernels.onednn")
@@ -578,10 +578,7 @@ def test_the_choice_is_kept_in_the_cache_so_later_runs_make_the_same(monkeypatch
 
 
 @needs_onednn(torch.float32)
-@pytest.mark.parametrize("name,kwargs,size", [
-    ("vit_tiny_patch16_224", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7), 32),
-    ("swin_tiny_patch4_window7_224", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, num_classes=7), 32),
-])
+@pytest.mark.parametrize("name,kwargs,size", SMALL_MODELS)
 def test_model_training_step_gradients_equal_the_standard_path(name, kwargs, size):
     torch.manual_seed(0)
     model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice

@@ -74,7 +74,8 @@ def _check_outputs(action: str, output: str | None, checkpoint: str | None, chec
     if not output:
         raise ConfigError(f"yaml {action}: say where to write the result with -o OUT.yaml (or use --dry-run)")
     if checkpoint and not checkpoint_out:
-        raise ConfigError("--checkpoint needs --checkpoint-out NEW.pt: where to save the remapped state dict")
+        raise ConfigError(f"{checkpoint}: an edit of a checkpoint's model needs --checkpoint-out NEW.pt, where to "
+                          "save the remapped state dict")
     for out in (output, checkpoint_out):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise ConfigError(f"{out}: the folder {os.path.dirname(os.path.abspath(out))} does not exist; "
@@ -121,7 +122,7 @@ def edit_detector_yaml(file: str | os.PathLike | None = None, action: str = "ins
     output, checkpoint_out = _path(output), _path(checkpoint_out)
     source = YamlSource.resolve(file, checkpoint)
     scale = scale or (scale_from_name(file) if isinstance(source.spec, Path) else None)
-    _check_outputs(action, output, checkpoint, checkpoint_out, dry_run)
+    _check_outputs(action, output, _path(source.checkpoint_path), checkpoint_out, dry_run)
     text = source.text
     check_builds(text, source.label)
     if action == "insert":
