@@ -33,8 +33,9 @@ def test_wheel_of_a_fresh_clone_runs_the_shipped_configs_from_an_empty_folder(tm
     empty.mkdir()
     env = dict(env, PYTHONPATH=str(site))
     cli = [sys.executable, "-m", "vision_attn.cli"]
-    # the quick commands in one interpreter (each would pay torch's import again): where the package
-    # comes from, then yaml info, yaml insert, flops and configs through vision_attn.cli.main
+    # the quick commands and a classifier's training in one interpreter (each would pay torch's import
+    # again): where the package comes from, then yaml info, yaml insert, flops, configs and train cls
+    # through vision_attn.cli.main
     script = (
         "import json, sys, vision_attn\n"
         "from vision_attn.cli import main\n"
@@ -44,18 +45,19 @@ def test_wheel_of_a_fresh_clone_runs_the_shipped_configs_from_an_empty_folder(tm
     commands = [["yaml", "info", "yolov8n.yaml"],
                 ["yaml", "insert", "yolo11n.yaml", "--block", "CBAM", "--after", "C3k2", "-o", "out.yaml"],
                 ["flops", "yolov8n.yaml", "--json"], ["configs", "demo_*"]]
+    # limit_val_batches 2, not 1: the command line reads "1" as 1.0 (the whole validation set; see
+    # tests/ablation/test_ablate.py)
+    quick = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
+             "--data.num_workers", "0", "--trainer.enable_progress_bar", "false", "--data.persistent_workers", "false"]
+    commands.append(["train", "cls", "--config", "demo_digits", *quick])
     out = _run([sys.executable, "-c", script, json.dumps(commands)], empty, env)
     assert f"FILE {site}" in out  # the installed copy, not the checkout
     assert "3,157,200 parameters" in out  # yaml info yolov8n.yaml: ultralytics' count
     assert '"params": 3157200' in out  # flops yolov8n.yaml
     assert "demo_digit_boxes" in out
     assert "CBAM" in (empty / "out.yaml").read_text()
-    quick = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-             "--data.num_workers", "0", "--trainer.enable_progress_bar", "false"]
-    out = _run(cli + ["train", "cls", "--config", "demo_digits", *quick, "--data.persistent_workers", "false"],
-               empty, env)
     assert "final val top-1:" in out and (empty / "runs" / "demo_digits" / "best.ckpt").is_file()
-    out = _run(cli + ["train", "det", "--config", "demo_digit_boxes", *quick, "--data.persistent_workers", "false",
-                      "--data.batch_size", "4", "--model.plot_images", "0", "--trainer.check_val_every_n_epoch", "1"],
-               empty, env)
+    # and the command as a module of the installed copy, in a process of its own
+    out = _run(cli + ["train", "det", "--config", "demo_digit_boxes", *quick, "--data.batch_size", "4",
+                      "--model.plot_images", "0", "--trainer.check_val_every_n_epoch", "1"], empty, env)
     assert "final val mAP@.5:" in out and (empty / "runs" / "demo_digit_boxes" / "best.ckpt").is_file()

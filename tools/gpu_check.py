@@ -156,14 +156,15 @@ def main() -> None:
     device = "cpu" if args.dry_run else "cuda"
     if args.dry_run:
         args.batch, args.rounds, args.iters, args.train_steps = 1, 1, 1, 2
+        args.img_size = 64
         args.models = args.models.replace("vit_base", "vit_tiny")
-        args.workers, args.images, args.loader_batch = 1, 8, 4
+        args.workers, args.images, args.loader_batch = 1, 4, 2
     elif not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --dry-run to check the script on the CPU")
     t0 = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    peak = matmul_peak(device, "bf16")
+    peak = matmul_peak(device, "bf16", n=256 if args.dry_run else None)  # a CPU without bf16 instructions: slow
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
             "torch": torch.__version__, "timm": timm.__version__, "bf16_matmul_peak_tflops": peak / 1e12}
     print(json.dumps(info))
