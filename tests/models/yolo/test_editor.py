@@ -39,7 +39,7 @@ def test_head_section_and_arguments():
     assert yaml.safe_load(result.text)["head"][-1][0] == [17, 21, 25]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(TEXTS)), block=st.sampled_from(BLOCKS), data=st.data())
 def test_random_insertions_build_keep_topology_and_come_out(name, block, data):
     text = TEXTS[name]
