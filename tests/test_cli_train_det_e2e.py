@@ -3,6 +3,7 @@ set at 64 px: `train det` picks the end-to-end loss and moves its branch weights
 checkpoint), `eval det` / `predict det` read the one-to-one branch with a top-k and no NMS, and
 `export onnx --nms` writes that top-k (no NMS) and says so."""
 import json
+import re
 
 import pytest
 import torch
@@ -39,6 +40,16 @@ def test_yolo26_trains_with_the_end_to_end_loss_and_predicts_without_nms(tiny_e2
     assert main(["eval", "det", "--checkpoint", str(run), "--data", str(root), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["images"] == 4 and 0 <= report["map"] <= report["map50"] <= 1
+
+    # the head's raw distances made negative (as early in training): evaluation still completes
+    ckpt = torch.load(run / "best.ckpt", map_location="cpu", weights_only=True)
+    box_biases = re.compile(r"(model|ema\.module)\.model\.23\.(one2one_)?cv2\.\d\.2\.bias")  # live and EMA
+    for key, value in ckpt["state_dict"].items():
+        if box_biases.fullmatch(key):
+            value.fill_(-50.0)
+    torch.save(ckpt, tmp_path / "inverted.ckpt")
+    assert main(["eval", "det", "--checkpoint", str(tmp_path / "inverted.ckpt"), "--data", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["images"] == 4
 
     # conf 0: every image keeps exactly its top-k (anchor, class) pairs; an NMS would have dropped overlaps
     images = root / "coco" / "images" / "val"

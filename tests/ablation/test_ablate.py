@@ -18,10 +18,7 @@ from vision_attn.ablation.stats import paired_difference, summarise
 from vision_attn.cli import main
 from vision_attn.models.yolo import build_detector
 
-# limit_val_batches 2, not 1: in a process that imported rich first (the command line), Lightning's
-# Optional[Union[int, float]] is typing's cached Union[float, int, None], and jsonargparse reads "1" as
-# 1.0, the whole validation set
-TINY = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2", "--data.batch_size", "16",
+TINY = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--data.batch_size", "16",
         "--data.num_workers", "0", "--data.persistent_workers", "false"]
 
 

@@ -26,6 +26,12 @@ __all__ = ["build_train_parser", "parse_train_config", "config_keys", "dump_conf
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir", "plugins",
                 "use_distributed_sampler"}  # the data modules split the data between processes themselves
+# Lightning's batch limits: an int is that many batches, a float that fraction of them. Its annotation,
+# ``Optional[Union[int, float]]``, is typing's cached Union: a package imported earlier (rich) that wrote
+# ``Optional[Union[float, int]]`` makes it ``Union[float, int, None]``, and jsonargparse then reads
+# ``--trainer.limit_val_batches 1`` as 1.0, the whole set. These keys get an int-first type of their own.
+BATCH_LIMITS = {"limit_train_batches": None, "limit_val_batches": None, "limit_test_batches": None,
+                "limit_predict_batches": None, "overfit_batches": 0.0}
 TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_steps": 10,
                     "enable_model_summary": False}
 
@@ -91,7 +97,11 @@ def build_train_parser(task: Task):
                              "aten with --trainer.deterministic true, else $VISION_ATTN_KERNELS (measured)")
     parser.add_class_arguments(task.module, "model", skip=set(task.filled))
     parser.add_class_arguments(task.datamodule, "data")
-    parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP)
+    parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP | set(BATCH_LIMITS))
+    for key, default in BATCH_LIMITS.items():
+        parser.add_argument(f"--trainer.{key}", type=int | float | None, default=default,
+                            help="Lightning's Trainer argument: an int is that many batches, a float that "
+                                 "fraction of the batches")
     parser.set_defaults({f"trainer.{k}": v for k, v in TRAINER_DEFAULTS.items()})
     return parser
 

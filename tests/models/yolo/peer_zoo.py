@@ -62,9 +62,14 @@ def peer_model(rel: str, scale: str | None) -> torch.nn.Module:
 
 def peer_decoded(peer: torch.nn.Module, x: torch.Tensor, branch: str | None = None) -> torch.Tensor:
     """The peer's decoded (B, 4 + nc, A) output, boxes cx, cy, w, h; ``branch`` one2many / one2one for
-    an end-to-end head (decoded by the head's own ``_inference``)."""
+    an end-to-end head (decoded by the head's own ``_inference``). A head without DFL (reg_max 1, YOLO26)
+    is decoded from its distances clamped at zero, as ours decodes them (ultralytics lets a negative
+    distance make an inverted box)."""
     with torch.no_grad():
         decoded, raw = peer(x)
     if branch is None:
         return decoded
-    return peer.model[-1]._inference(raw[branch])
+    head, maps = peer.model[-1], raw[branch]
+    if head.reg_max == 1:
+        maps = dict(maps, boxes=maps["boxes"].clamp(min=0))
+    return head._inference(maps)

@@ -90,3 +90,34 @@ def test_v10detect_takes_nc_only():
     text = peer_yaml("v10/yolov10n.yaml").read_text().replace("v10Detect, [nc]", "v10Detect, [nc, 8]")
     with pytest.raises(ConfigError, match=r"row 23 field 'args': v10Detect takes \[nc\] \(its reg_max is 16\)"):
         build_detector(text)
+
+
+@pytest.mark.parametrize("rel", ["26/yolo26.yaml", "v10/yolov10n.yaml"])
+def test_negative_raw_distances_decode_to_valid_boxes(rel):
+    """Early in training an end-to-end head's raw box outputs can be negative (YOLO26 has no DFL to keep
+    its distances positive): decoded, after the top-k and after the letterbox is undone, every box
+    still has x1 <= x2 and y1 <= y2 and lies inside the image."""
+    from vision_attn.models.yolo.postprocess import postprocess, to_original
+
+    torch.manual_seed(0)
+    model = build_detector(peer_yaml(rel), scale="n", num_classes=3).eval()
+    head = model.model[-1]
+    raw = []
+    with torch.no_grad():
+        for branch in (head.cv2, head.one2one_cv2):
+            for level in branch:
+                level[-1].weight.mul_(10)
+                level[-1].bias.fill_(-20.0)  # raw distances (or DFL logits) far below zero
+                level[-1].register_forward_hook(lambda m, args, out: raw.append(out))
+    x = torch.rand(2, 3, 64, 64)
+    for end2end in (True, False):
+        head.end2end, raw[:] = end2end, []
+        with torch.no_grad():
+            out = model(x)
+        if head.reg_max == 1:  # the case at hand: most raw distances are negative
+            assert (torch.cat([r.flatten() for r in raw]) < 0).float().mean() > 0.9
+        assert (out[:, 2:4] >= 0).all()  # widths and heights
+        for det in postprocess(out, conf=0.0, end2end=end2end):
+            boxes = to_original(det.boxes, scale=0.5, pad=(0, 0), orig_size=(128, 128))
+            assert len(boxes) and (boxes[:, 2] >= boxes[:, 0]).all() and (boxes[:, 3] >= boxes[:, 1]).all()
+            assert boxes.min() >= 0 and boxes.max() <= 128

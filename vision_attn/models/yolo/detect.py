@@ -129,7 +129,10 @@ class Detect(nn.Module):
         flat = torch.cat([f.view(b, self.no, -1) for f in feats], 2)
         box, cls = flat.split((4 * self.reg_max, self.nc), 1)
         anchors, strides = make_anchors(feats, self.stride)
-        lt, rb = self.dfl(box).chunk(2, 1)  # distances to the left/top and right/bottom sides
+        dist = self.dfl(box)  # (B, 4, A) distances to the left, top, right and bottom sides
+        if self.reg_max == 1:  # raw distances (no DFL expectation) can be negative early in training
+            dist = dist.clamp(min=0)  # so that every box is a valid xyxy box, if a degenerate one
+        lt, rb = dist.chunk(2, 1)
         centre = anchors.T.unsqueeze(0)
         x1y1, x2y2 = centre - lt, centre + rb
         xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * strides.T.unsqueeze(0)
