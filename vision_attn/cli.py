@@ -4,8 +4,9 @@ Every subcommand is one file in :mod:`vision_attn.commands`, named after it (``m
 ``demo``, ``configs``, ``train cls|det``, ``eval``, ``predict``, ``yaml info|insert|remove``,
 ``benchmark``, ``compare``, ``attn-map``, ``export``): argument parsing and printing only, every command
 a call into the public API. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
-are printed as one line ``error: ...`` on stderr with exit status 2; ``--debug`` shows the traceback.
-Training stopped by a signal after writing its checkpoint prints where it is and exits with 75.
+are printed as one line ``error: ...`` on stderr with exit status 2; any other exception (a bug, or a
+library's failure) as one line naming its type, with exit status 1; ``--debug`` shows the traceback of
+either. Training stopped by a signal after writing its checkpoint prints where it is and exits with 75.
 """
 from __future__ import annotations
 
@@ -57,6 +58,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `vision-attn models | head`: the reader left; stay quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as e:
+        if args.debug:
+            raise
+        print(f"error: {unexpected_error_line(e)} (unexpected: run again with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def unexpected_error_line(e: BaseException) -> str:
+    """``Type: message`` on one line; an error that a DataLoader brought back from a worker (its message
+    holds the worker's traceback) as the worker's own last line."""
+    text = str(e).strip()
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        return f"{text.splitlines()[-1].strip()} (in a data loader worker)"
+    return f"{type(e).__name__}: {' '.join(text.split())}" if text else type(e).__name__
 
 
 if __name__ == "__main__":

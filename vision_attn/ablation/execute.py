@@ -102,7 +102,7 @@ def run_ablation(plan: AblationPlan, *, jobs: int = 1, echo: Echo = print,
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
 
-    stop = StopRequest(on_request=pass_on)
+    stop = StopRequest(on_request=pass_on, grace_s=None)  # the trainings keep their own grace periods
 
     def train(spec: RunSpec) -> RunState:
         status = states[spec.name]

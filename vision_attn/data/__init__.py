@@ -25,7 +25,7 @@ from vision_attn.data.folder import (  # noqa: E402
     scan_folder,
     split_samples,
 )
-from vision_attn.data.loader import seed_worker, unwrap_worker_error  # noqa: E402
+from vision_attn.data.loader import end_loader_workers, seed_worker, unwrap_worker_error  # noqa: E402
 from vision_attn.data.splits import ClassificationSplits, load_splits  # noqa: E402
 from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transforms, train_transforms  # noqa: E402
 from vision_attn.data.yolo_txt import YoloDetection  # noqa: E402
@@ -33,7 +33,7 @@ from vision_attn.data.yolo_txt import YoloDetection  # noqa: E402
 __all__ = [
     "DEMO_DATASETS", "cache_dir", "is_demo", "materialise", "resolve_root", "IMAGE_EXTENSIONS", "image_paths", "FolderScan",
     "ImageFolder", "check_images", "load_image", "scan_folder", "split_samples", "seed_worker",
-    "unwrap_worker_error", "ClassificationSplits", "load_splits", "IMAGENET_MEAN", "IMAGENET_STD",
+    "unwrap_worker_error", "end_loader_workers", "ClassificationSplits", "load_splits", "IMAGENET_MEAN", "IMAGENET_STD",
     "eval_transforms", "train_transforms", "CocoDetection", "YoloDetection", "open_detection", "DetectionTransform",
     "letterbox_params", "DetectionDataset", "DetectionRecord", "DetectionStats", "collate_detection",
     "DigitBoxesConfig", "generate_digit_boxes", "write_digit_boxes",

@@ -1,10 +1,12 @@
-"""DataLoader helpers: seeded workers, the loaders the data modules build, and errors raised in a
-worker brought back as they were."""
+"""DataLoader helpers: seeded workers, the loaders the data modules build, errors raised in a worker
+brought back as they were, and the end of those workers when the process ends."""
 from __future__ import annotations
 
+import atexit
 import random
 import re
 import signal
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -13,7 +15,7 @@ import torch
 from vision_attn.data.sampler import EpochItems, EpochSampler
 from vision_attn.errors import ConfigError, VisionAttnError
 
-__all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_args"]
+__all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_args", "Loader", "end_loader_workers"]
 
 _WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
@@ -35,6 +37,47 @@ def seed_worker(worker_id: int) -> None:
     transform = getattr(getattr(info, "dataset", None), "transform", None)
     if transform is not None and hasattr(transform, "set_random_seed"):
         transform.set_random_seed(seed)
+
+
+# ---------------------------------------------------------------- ending the workers
+# The workers of make_loader's loaders ignore the stop signals (seed_worker), also the SIGTERM with which
+# Python's exit and DataLoader's own shutdown end a worker that does not answer; a process that ends while
+# such workers are alive (an error in training left a persistent loader's workers running, or a worker
+# is stuck in a dataset) would then wait for them forever. Loader keeps its iterators, and
+# end_loader_workers shuts them down (as Lightning does, `_shutdown_workers`), then kills any worker
+# still alive. It runs when a training ends, whichever way, and at exit, before multiprocessing's own
+# exit handler and torch's (atexit runs last-in first).
+_ITERATORS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+class Loader(torch.utils.data.DataLoader):
+    """A DataLoader whose worker processes :func:`end_loader_workers` can end."""
+
+    def __iter__(self):
+        iterator = super().__iter__()
+        if self.num_workers > 0 and iterator not in _ITERATORS:
+            if not _ITERATORS:
+                atexit.register(end_loader_workers)
+            _ITERATORS.add(iterator)
+        return iterator
+
+
+def end_loader_workers(timeout: float = 5.0) -> int:
+    """Shut down the worker processes of this process's :class:`Loader` iterators, kill those that did
+    not stop (at most ``timeout`` seconds each) and return how many were still alive."""
+    alive = 0
+    for iterator in list(_ITERATORS):
+        workers = [w for w in getattr(iterator, "_workers", ()) if w.is_alive()]
+        alive += len(workers)
+        if workers:
+            iterator._shutdown_workers()  # sends each its end, waits a moment, then SIGTERM (ignored)
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout)
+    _ITERATORS.clear()
+    atexit.unregister(end_loader_workers)
+    return alive
 
 
 def unwrap_worker_error(exc: BaseException) -> BaseException:
@@ -76,7 +119,7 @@ def make_loader(dataset: Any, batch_size: int, *, train: bool, num_workers: int,
     generator.manual_seed(seed)
     sampler = EpochSampler(len(dataset), shuffle=train, seed=seed, num_replicas=num_replicas, rank=rank,
                            with_epoch=train)
-    return torch.utils.data.DataLoader(
+    return Loader(
         EpochItems(dataset, seed) if train else dataset, batch_size=batch_size, sampler=sampler,
         drop_last=train and drop_last,
         num_workers=num_workers, persistent_workers=persistent_workers and num_workers > 0, pin_memory=pin,

@@ -64,6 +64,7 @@ def build_train_parser(task: Task):
     from pytorch_lightning import Trainer
 
     from vision_attn.kernels import PLAN_NAMES  # with torch: only where a training parser is built
+    from vision_attn.tasks.signals import STOP_GRACE_S
 
     folder = "/".join(KINDS[task.name])
     _register_bounded_loader()
@@ -88,6 +89,9 @@ def build_train_parser(task: Task):
                              "on SIGTERM/Ctrl-C and at the end anyway); a resume continues with the next batch")
     parser.add_argument("--checkpoint.every_minutes", type=float | None, default=None,
                         help="also write last.ckpt every M minutes of training")
+    parser.add_argument("--checkpoint.stop_grace_s", type=float | None, default=STOP_GRACE_S,
+                        help="after SIGTERM, SIGINT or SIGUSR1, end the run with an error saying where it waits if "
+                             "the next training batch has not started within this many seconds (null: wait)")
     parser.add_argument("--threads", type=int | None, default=None,
                         help="PyTorch CPU threads per process (default: one per core); on a small CPU, 1 thread "
                              "plus a data worker can beat 2 threads")

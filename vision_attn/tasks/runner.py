@@ -32,7 +32,7 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 
 from vision_attn.analysis.flops import count_flops
-from vision_attn.data import unwrap_worker_error
+from vision_attn.data import end_loader_workers, unwrap_worker_error
 from vision_attn.errors import CheckpointError, ConfigError, TrainingError, VisionAttnError
 from vision_attn.io.atomic import save_torch, write_json, write_text
 from vision_attn.io.state_dict import read_checkpoint
@@ -45,6 +45,7 @@ from vision_attn.tasks.logs import run_loggers
 from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.resume_state import ResumeState
 from vision_attn.tasks.run_folder import RunFolder
+from vision_attn.tasks.signals import STOP_GRACE_S, StopRequest
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["TrainResult", "run_training", "save_final_weights", "run_metrics", "metric_value"]
@@ -86,8 +87,9 @@ def _callbacks(run: RunFolder, progress_bar: bool, task: Task, checkpoint: Mappi
     best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.monitor, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
     # ResumeState first: at a resumed run's first batch it restores the state the Checkpointer saves
+    stop = StopRequest(grace_s=checkpoint.get("stop_grace_s", STOP_GRACE_S))
     out: list = [ResumeState(), Checkpointer(run, every_n_steps=checkpoint.get("every_n_steps"),
-                                             every_minutes=checkpoint.get("every_minutes")), best]
+                                             every_minutes=checkpoint.get("every_minutes"), stop=stop), best]
     if task.lr_monitor:
         # at logged steps, after the Checkpointer: nothing is logged between a checkpoint and its batch
         out.append(LearningRateMonitor(logging_interval="step"))
@@ -103,6 +105,9 @@ def _checkpoint_options(cfg) -> dict[str, Any]:
         raise ConfigError(f"config key checkpoint.every_n_steps={n}: give 1 or more (or null)")
     if minutes is not None and not minutes > 0:
         raise ConfigError(f"config key checkpoint.every_minutes={minutes}: give a positive number (or null)")
+    grace = options.get("stop_grace_s")
+    if grace is not None and not grace > 0:
+        raise ConfigError(f"config key checkpoint.stop_grace_s={grace}: give a positive number of seconds (or null)")
     return options
 
 
@@ -163,6 +168,7 @@ def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
             _quiet_lightning()
             return _train(cfg, say, start, task)
     finally:
+        end_loader_workers()  # an error left a persistent loader's workers running: they ignore SIGTERM
         torch.set_num_threads(threads)
         set_kernel_plan(plan)
 
