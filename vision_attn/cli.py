@@ -17,7 +17,7 @@ from typing import Sequence
 
 import vision_attn
 from vision_attn.commands import CONVENTIONS_LINE, register_all
-from vision_attn.errors import TrainingStopped, VisionAttnError
+from vision_attn.errors import TrainingStopped, VisionAttnError, worker_message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,12 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def unexpected_error_line(e: BaseException) -> str:
-    """``Type: message`` on one line; an error that a DataLoader brought back from a worker (its message
-    holds the worker's traceback) as the worker's own last line."""
-    text = str(e).strip()
-    if text.startswith("Caught ") and "Original Traceback" in text:
-        return f"{text.splitlines()[-1].strip()} (in a data loader worker)"
-    return f"{type(e).__name__}: {' '.join(text.split())}" if text else type(e).__name__
+    """``Type: message`` on one line; for an error that a DataLoader brought back from a worker (its message
+    holds the worker's traceback), the worker's own message."""
+    message = worker_message(e)
+    text = " ".join((str(e) if message is None else message).split())
+    where = "" if message is None else " (in a data loader worker)"
+    return f"{type(e).__name__}: {text}{where}" if text else f"{type(e).__name__}{where}"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@ The command line prints the message on one line and exits with status 2.
 """
 from __future__ import annotations
 
-__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "TrainingStopped", "ExportError"]
+import re
+
+__all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "TrainingStopped",
+           "ExportError", "worker_message"]
+
+_WORKER_WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
 
 class VisionAttnError(Exception):
@@ -37,3 +42,15 @@ class TrainingStopped(TrainingError):
 
 class ExportError(VisionAttnError, RuntimeError):
     """An exported model does not reproduce PyTorch's outputs within tolerance, or cannot be run."""
+
+
+def worker_message(exc: BaseException) -> str | None:
+    """The worker's own message of an exception that a DataLoader raised again in the main process (the
+    same type, its message the worker's traceback); None for any other exception."""
+    text = str(exc)
+    if not _WORKER_WRAPPED.match(text):
+        return None
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    last = text.rfind(f"{name}: ")  # the traceback's last line, as the traceback module writes it
+    return text[last + len(name) + 2:].strip() if last >= 0 else text.splitlines()[-1].strip()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import random
-import re
 import signal
 import weakref
 from typing import Any, Callable
@@ -13,11 +12,9 @@ import numpy as np
 import torch
 
 from vision_attn.data.sampler import EpochItems, EpochSampler
-from vision_attn.errors import ConfigError, VisionAttnError
+from vision_attn.errors import ConfigError, VisionAttnError, worker_message
 
 __all__ = ["seed_worker", "unwrap_worker_error", "make_loader", "check_loader_args", "Loader", "end_loader_workers"]
-
-_WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -55,20 +52,16 @@ class Loader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         iterator = super().__iter__()
-        if self.num_workers > 0 and iterator not in _ITERATORS:
-            if not _ITERATORS:
-                atexit.register(end_loader_workers)
-            _ITERATORS.add(iterator)
+        if self.num_workers > 0:
+            _ITERATORS.add(iterator)  # a persistent loader returns the same iterator each epoch
         return iterator
 
 
-def end_loader_workers(timeout: float = 5.0) -> int:
-    """Shut down the worker processes of this process's :class:`Loader` iterators, kill those that did
-    not stop (at most ``timeout`` seconds each) and return how many were still alive."""
-    alive = 0
+def end_loader_workers(timeout: float = 5.0) -> None:
+    """Shut down the worker processes of this process's :class:`Loader` iterators and kill those that did
+    not stop (waiting at most ``timeout`` seconds for each)."""
     for iterator in list(_ITERATORS):
         workers = [w for w in getattr(iterator, "_workers", ()) if w.is_alive()]
-        alive += len(workers)
         if workers:
             iterator._shutdown_workers()  # sends each its end, waits a moment, then SIGTERM (ignored)
         for worker in workers:
@@ -76,23 +69,16 @@ def end_loader_workers(timeout: float = 5.0) -> int:
                 worker.kill()
                 worker.join(timeout)
     _ITERATORS.clear()
-    atexit.unregister(end_loader_workers)
-    return alive
+
+
+atexit.register(end_loader_workers)  # after torch's and multiprocessing's exit handlers, so it runs first
 
 
 def unwrap_worker_error(exc: BaseException) -> BaseException:
     """A :class:`VisionAttnError` re-raised by the DataLoader carries the worker's traceback in its
     message; return the same type with only the original message (other exceptions unchanged)."""
-    if not isinstance(exc, VisionAttnError):
-        return exc
-    text = str(exc)
-    if not _WRAPPED.match(text):
-        return exc
-    name = type(exc).__name__
-    marker = f"{type(exc).__module__}.{name}: "
-    last = text.rfind(marker)
-    message = text[last + len(marker):].strip() if last >= 0 else text.splitlines()[-1]
-    return type(exc)(message)
+    message = worker_message(exc) if isinstance(exc, VisionAttnError) else None
+    return exc if message is None else type(exc)(message)
 
 
 def check_loader_args(batch_size: int, eval_batch_size: int | None, num_workers: int) -> None:

@@ -10,6 +10,7 @@ is a :class:`ConfigError` naming the closest known key; so is a value of the wro
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
 import re
 from argparse import Namespace as _ArgNamespace
@@ -30,8 +31,8 @@ TRAINER_SKIP = {"callbacks", "logger", "enable_checkpointing", "default_root_dir
 # ``Optional[Union[int, float]]``, is typing's cached Union: a package imported earlier (rich) that wrote
 # ``Optional[Union[float, int]]`` makes it ``Union[float, int, None]``, and jsonargparse then reads
 # ``--trainer.limit_val_batches 1`` as 1.0, the whole set. These keys get an int-first type of their own.
-BATCH_LIMITS = {"limit_train_batches": None, "limit_val_batches": None, "limit_test_batches": None,
-                "limit_predict_batches": None, "overfit_batches": 0.0}
+BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                "overfit_batches")
 TRAINER_DEFAULTS = {"max_epochs": 10, "num_sanity_val_steps": 0, "log_every_n_steps": 10,
                     "enable_model_summary": False}
 
@@ -102,8 +103,9 @@ def build_train_parser(task: Task):
     parser.add_class_arguments(task.module, "model", skip=set(task.filled))
     parser.add_class_arguments(task.datamodule, "data")
     parser.add_class_arguments(Trainer, "trainer", skip=TRAINER_SKIP | set(BATCH_LIMITS))
-    for key, default in BATCH_LIMITS.items():
-        parser.add_argument(f"--trainer.{key}", type=int | float | None, default=default,
+    lightning = inspect.signature(Trainer.__init__).parameters
+    for key in BATCH_LIMITS:
+        parser.add_argument(f"--trainer.{key}", type=int | float | None, default=lightning[key].default,
                             help="Lightning's Trainer argument: an int is that many batches, a float that "
                                  "fraction of the batches")
     parser.set_defaults({f"trainer.{k}": v for k, v in TRAINER_DEFAULTS.items()})
