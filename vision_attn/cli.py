@@ -6,7 +6,9 @@ Every subcommand is one file in :mod:`vision_attn.commands`, named after it (``m
 a call into the public API. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; any other exception (a bug, or a
 library's failure) as one line naming its type, with exit status 1; ``--debug`` shows the traceback of
-either. Training stopped by a signal after writing its checkpoint prints where it is and exits with 75.
+either. An OSError about a file that a library met (a logger writing to a full disk) is one line
+naming the file and the free space, with status 2. Training stopped by a signal after writing its
+checkpoint prints where it is and exits with 75.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Sequence
 import vision_attn
 from vision_attn.commands import CONVENTIONS_LINE, register_all
 from vision_attn.errors import TrainingStopped, VisionAttnError, worker_message
+from vision_attn.io.atomic import format_bytes, free_space
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `vision-attn models | head`: the reader left; stay quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # a file-system fault a library met (a logger's file on a full disk, a removed folder)
+        if args.debug or not e.filename:
+            raise
+        folder, free = free_space(os.path.dirname(os.path.abspath(e.filename)))
+        print(f"error: {e.filename}: {e.strerror or e} ({format_bytes(free)} free on the file system of {folder})",
+              file=sys.stderr)
+        return 2
     except Exception as e:
         if args.debug:
             raise

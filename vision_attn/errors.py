@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["VisionAttnError", "ConfigError", "DataError", "CheckpointError", "TrainingError", "TrainingStopped",
-           "ExportError", "worker_message"]
+           "ExportError", "WriteError", "worker_message"]
 
 _WORKER_WRAPPED = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
 
@@ -42,6 +42,10 @@ class TrainingStopped(TrainingError):
 
 class ExportError(VisionAttnError, RuntimeError):
     """An exported model does not reproduce PyTorch's outputs within tolerance, or cannot be run."""
+
+
+class WriteError(VisionAttnError, OSError):
+    """A file cannot be written: the disk is full, its folder was removed or cannot be written."""
 
 
 def worker_message(exc: BaseException) -> str | None:

@@ -25,7 +25,7 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> int:
     if printing:
         print(dump_config(cfg, task=args.task), end="")
         return 0
-    result = train(args.task, cfg, echo=lambda line: console.print(line, markup=False))
+    result = train(args.task, cfg, echo=lambda line: console.print(line, markup=False, soft_wrap=True))
     if result.metrics:
         m = result.metrics
         size = f"{m['gmacs']:.4f} GMACs" if "gmacs" in m else f"{m['gflops']:.2f} GFLOPs"

@@ -4,9 +4,12 @@ Categories sorted by id give the class indices 0..nc-1 (``names``; ``category_id
 class ``i``). ``bbox`` is ``[x, y, width, height]`` in pixels. Checked on load, every error naming the
 file and the key path (``annotations[12].category_id``): malformed JSON (line and column), a missing or
 mistyped key, an annotation whose ``image_id`` or ``category_id`` is not among ``images`` /
-``categories``, a missing image file. Boxes partly outside their image are clipped and counted,
-degenerate ones dropped and counted, ``iscrowd`` boxes skipped and counted, images without boxes kept
-as negatives (see ``dataset.stats``).
+``categories``. A missing image file, one that is not an image or a broken link go to the data set's
+:class:`~vision_attn.data.faults.Faults` (an error naming it by default; with ``skip_bad_images`` the
+image and its annotations are left out and listed). Boxes partly outside their image are clipped,
+degenerate ones dropped, duplicates (same image, class and box) removed, each named by its
+``annotations[j]`` in the notes and counted; ``iscrowd`` boxes are skipped and counted, images without
+boxes kept as negatives (see ``dataset.stats``).
 """
 from __future__ import annotations
 
@@ -14,14 +17,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PIL import Image
 
 from vision_attn.data.detection import (
     DetectionDataset,
     DetectionRecord,
     DetectionStats,
-    clip_boxes,
+    check_boxes,
 )
+from vision_attn.data.faults import Faults, image_size
 from vision_attn.errors import DataError
 from vision_attn.io.json import read_json
 
@@ -72,14 +75,14 @@ def _categories(doc: dict[str, Any], file: Path) -> tuple[list[int], list[str]]:
     return ids, [name for _, name in parsed]
 
 
-def _records(doc: dict[str, Any], file: Path, images_dir: Path,
-             category_ids: list[int]) -> tuple[list[DetectionRecord], DetectionStats]:
-    """One record per entry of ``images`` with the boxes of its ``annotations``, and the counts of boxes
-    skipped (crowd), clipped and dropped (degenerate)."""
+def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: list[int],
+             faults: Faults) -> tuple[list[DetectionRecord], DetectionStats]:
+    """One record per usable entry of ``images`` with the boxes of its ``annotations``, and the counts of
+    boxes skipped (crowd), clipped, dropped (degenerate) and removed (duplicates)."""
     class_of = {cid: k for k, cid in enumerate(category_ids)}
     images = _get(doc, "images", "", file, list)
     order: dict[int, int] = {}
-    meta = []
+    meta: list[tuple[int, Path, int, int] | None] = []  # None: a bad image, left out
     for i, im in enumerate(images):
         iid = _get(im, "id", f"images[{i}]", file, int)
         name = _get(im, "file_name", f"images[{i}]", file, str)
@@ -87,17 +90,20 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path,
             raise DataError(f"{file}: images[{i}].id {iid} repeats images[{order[iid]}].id; give each image "
                             f"its own id")
         path = images_dir / name
-        if not path.is_file():
-            raise DataError(f"{file}: images[{i}].file_name: image {path} not found; put it there or "
-                            f"remove the image and its annotations")
-        if "width" in im and "height" in im:
-            w = _get(im, "width", f"images[{i}]", file, int)
-            h = _get(im, "height", f"images[{i}]", file, int)
-        else:
-            with Image.open(path) as pil:  # reads the header only
-                w, h = pil.size
         order[iid] = i
-        meta.append((iid, path, h, w))
+        if not path.is_file() and not path.is_symlink():
+            faults.bad(file, f"image {path} not found", f"images[{i}].file_name",
+                       fix="put it there or remove the image and its annotations")
+            meta.append(None)
+            continue
+        if "width" in im and "height" in im:  # the image itself is read when it is decoded (or verified)
+            size = (_get(im, "width", f"images[{i}]", file, int), _get(im, "height", f"images[{i}]", file, int))
+        else:
+            size = image_size(path, faults)  # from its header; not an image, a broken link: a problem
+            if size is None:
+                meta.append(None)
+                continue
+        meta.append((iid, path, size[1], size[0]))
 
     anns = _get(doc, "annotations", "", file, list)
     stats = DetectionStats()
@@ -130,13 +136,17 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path,
     sort = np.argsort(ann_image, kind="stable")
     ann_image, ann_class, ann_box = ann_image[sort], ann_class[sort], ann_box[sort]
     bounds = np.searchsorted(ann_image, np.arange(len(meta) + 1))
+    ann_index = np.flatnonzero(keep)[sort]
     records = []
-    for i, (iid, path, h, w) in enumerate(meta):
+    for i, m in enumerate(meta):
+        if m is None:
+            stats.skipped += 1
+            continue
+        iid, path, h, w = m
         lo, hi = bounds[i], bounds[i + 1]
-        boxes, ok, changed = clip_boxes(ann_box[lo:hi], h, w)
-        stats.clipped += changed
-        stats.degenerate += int((~ok).sum())
-        records.append(DetectionRecord(path, iid, h, w, boxes[ok], ann_class[lo:hi][ok]))
+        boxes, labels = check_boxes(ann_box[lo:hi], ann_class[lo:hi], [f"annotations[{j}]" for j in ann_index[lo:hi]],
+                                    path, h, w, file, faults, stats)
+        records.append(DetectionRecord(path, iid, h, w, boxes, labels))
     return records, stats
 
 
@@ -144,12 +154,13 @@ class CocoDetection(DetectionDataset):
     """Images of ``images_dir`` with the boxes of ``annotations`` (a COCO ``instances`` json)."""
 
     def __init__(self, images_dir: str | Path, annotations: str | Path, *,
-                 transform: Callable[[DetectionDataset, int], Any] | None = None):
-        super().__init__(transform)
+                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None):
+        super().__init__(transform, faults)
         self.images_dir, self.annotations_file = Path(images_dir), Path(annotations)
         doc = _read_document(self.annotations_file)
         self.category_ids, self.names = _categories(doc, self.annotations_file)
-        self.records, stats = _records(doc, self.annotations_file, self.images_dir, self.category_ids)
+        self.records, stats = _records(doc, self.annotations_file, self.images_dir, self.category_ids,
+                                       self.faults)
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal
 from vision_attn.data.coco import CocoDetection
 from vision_attn.data.demo import resolve_root
 from vision_attn.data.detection import DetectionDataset
+from vision_attn.data.faults import Faults
 from vision_attn.data.yolo_txt import YoloDetection
 from vision_attn.errors import ConfigError, DataError
 
@@ -26,37 +27,39 @@ __all__ = ["open_detection"]
 Format = Literal["auto", "coco", "yolo"]
 
 
-def _coco(root: Path, split: str, transform: Any) -> CocoDetection:
+def _coco(root: Path, split: str, transform: Any, faults: Faults | None) -> CocoDetection:
     ann = root / "annotations" / f"instances_{split}.json"
     for images in (root / "images" / split, root / f"{split}2017", root / split):
         if images.is_dir():
-            return CocoDetection(images, ann, transform=transform)
+            return CocoDetection(images, ann, transform=transform, faults=faults)
     raise DataError(f"COCO data {root}: no images folder for {split} (looked for images/{split}, {split}2017, "
                     f"{split})")
 
 
 def open_detection(spec: str | os.PathLike, split: str = "train", *, fmt: Format = "auto",
-                   transform: Callable[[DetectionDataset, int], Any] | None = None) -> DetectionDataset:
-    """The ``split`` (``"train"``, ``"val"``) of the data set ``spec`` (see the module docstring)."""
+                   transform: Callable[[DetectionDataset, int], Any] | None = None,
+                   faults: Faults | None = None) -> DetectionDataset:
+    """The ``split`` (``"train"``, ``"val"``) of the data set ``spec`` (see the module docstring);
+    ``faults``: the policy for bad images and labels (default: the first is an error naming it)."""
     if fmt not in ("auto", "coco", "yolo"):
         raise ConfigError(f"format={fmt!r}: choose auto, coco or yolo")
     path = resolve_root(spec)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         if fmt == "coco":
             raise ConfigError(f"{path} is a YOLO data YAML but format=coco was asked for")
-        return YoloDetection(path, split, transform=transform)
+        return YoloDetection(path, split, transform=transform, faults=faults)
     if not path.is_dir():
         raise DataError(f"detection data {spec}: no such file or folder; give a YOLO data YAML, a COCO folder "
                         f"(annotations/instances_{split}.json + images/{split}/) or demo:digit-boxes")
     has_yolo = (path / "data.yaml").is_file()
     has_coco = (path / "annotations" / f"instances_{split}.json").is_file()
     if has_yolo and fmt != "coco":
-        return YoloDetection(path / "data.yaml", split, transform=transform)
+        return YoloDetection(path / "data.yaml", split, transform=transform, faults=faults)
     if has_coco and fmt != "yolo":
-        return _coco(path, split, transform)
+        return _coco(path, split, transform, faults)
     order = ["yolo", "coco"] if fmt == "yolo" else ["coco", "yolo"]
     for sub in order:
         if (path / sub).is_dir():
-            return open_detection(path / sub, split, fmt=fmt, transform=transform)
+            return open_detection(path / sub, split, fmt=fmt, transform=transform, faults=faults)
     raise DataError(f"detection data {path}: found neither data.yaml (YOLO) nor annotations/instances_{split}.json "
                     f"(COCO){' for format=' + fmt if fmt != 'auto' else ''}")

@@ -8,6 +8,10 @@ and kept). An item is ``(image, target)``: ``image`` a float32 tensor (3, H, W) 
 original image are ``(boxes - [pl, pt, pl, pt]) / scale``. Without a transform the image is the
 original one (scale 1, pad (0, 0)); with :class:`vision_attn.data.det_transforms.DetectionTransform`
 every image is letterboxed to the same square size.
+
+Every source checks its boxes with :func:`check_boxes` (clipped, degenerate and duplicate boxes named
+by file and line in the data set's :class:`~vision_attn.data.faults.Faults`) and reads its images
+through the same policy: a file that is not an image, truncated or gone is a problem named by path.
 """
 from __future__ import annotations
 
@@ -19,9 +23,10 @@ import cv2
 import numpy as np
 import torch
 
+from vision_attn.data.faults import SKIP_HINT, Faults, decode_problem, verify_images
 from vision_attn.errors import DataError
 
-__all__ = ["DetectionRecord", "DetectionStats", "DetectionDataset", "clip_boxes", "read_image",
+__all__ = ["DetectionRecord", "DetectionStats", "DetectionDataset", "clip_boxes", "check_boxes", "read_image",
            "image_to_tensor", "collate_detection"]
 
 MIN_BOX_SIZE = 1e-3  # pixels: a box narrower or lower than this after clipping is degenerate
@@ -44,7 +49,8 @@ class DetectionRecord:
 class DetectionStats:
     """What the checks on load found: images, negatives (no boxes), boxes kept, boxes clipped to the
     image, degenerate boxes dropped, crowd boxes skipped (COCO ``iscrowd``), images without a label file
-    (YOLO, kept as negatives), and boxes per class."""
+    (YOLO, kept as negatives), duplicate boxes removed, polygons read as their enclosing boxes, images
+    left out as bad files, and boxes per class."""
 
     images: int = 0
     negatives: int = 0
@@ -53,12 +59,17 @@ class DetectionStats:
     degenerate: int = 0
     crowd: int = 0
     missing_labels: int = 0
+    duplicates: int = 0
+    polygons: int = 0
+    skipped: int = 0
     per_class: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line for a log: ``'2000 images (97 negatives), 6715 boxes; 0 clipped, 0 degenerate dropped'``."""
-        extra = "".join(f", {n} {what}" for n, what in ((self.crowd, "crowd skipped"),
-                                                         (self.missing_labels, "without a label file")) if n)
+        extra = "".join(f", {n} {what}" for n, what in (
+            (self.crowd, "crowd skipped"), (self.missing_labels, "without a label file"),
+            (self.duplicates, "duplicates removed"), (self.polygons, "polygons read as boxes"),
+            (self.skipped, "bad images skipped")) if n)
         return (f"{self.images} images ({self.negatives} negatives), {self.boxes} boxes; "
                 f"{self.clipped} clipped, {self.degenerate} degenerate dropped{extra}")
 
@@ -74,12 +85,50 @@ def clip_boxes(boxes: np.ndarray, height: int, width: int) -> tuple[np.ndarray, 
     return clipped, keep, changed
 
 
+def check_boxes(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: Path, height: int, width: int,
+                file: Path, faults: Faults, stats: DetectionStats) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes (n, 4) xyxy pixels of one image, clipped to it, without degenerate boxes and duplicate
+    rows; each change is a note naming ``file`` and the row's ``where`` (``"line 3"``) and counted in
+    ``stats``."""
+    clipped, ok, _ = clip_boxes(boxes, height, width)
+    moved = (np.abs(clipped - boxes) > CLIP_TOLERANCE).any(axis=1) & ok
+    for j in np.flatnonzero(moved):
+        faults.note(file, f"box {np.round(boxes[j], 1).tolist()} of {image.name} reaches outside the {width}x{height} "
+                          f"image; clipped", where[j], kind="clipped")
+    for j in np.flatnonzero(~ok):
+        faults.note(file, f"box {np.round(boxes[j], 1).tolist()} of {image.name} has no area inside the image; "
+                          f"dropped", where[j], kind="degenerate dropped")
+    stats.clipped += int(moved.sum())
+    stats.degenerate += int((~ok).sum())
+    keep = np.flatnonzero(ok)
+    if len(keep) > 1:  # duplicate rows (same class, same box): the first is kept, as ultralytics does
+        rows = np.concatenate([labels[keep, None].astype(np.float64), clipped[keep].astype(np.float64)], axis=1)
+        _, first = np.unique(rows, axis=0, return_index=True)
+        if len(first) < len(keep):
+            unique = np.sort(first)
+            first_of = {tuple(rows[i]): i for i in unique}
+            for i in sorted(set(range(len(keep))) - set(unique.tolist())):
+                faults.note(file, f"duplicate of {where[keep[first_of[tuple(rows[i])]]]}; removed", where[keep[i]],
+                            kind="duplicates removed")
+            stats.duplicates += len(keep) - len(unique)
+            keep = keep[unique]
+    return clipped[keep], labels[keep]
+
+
 def read_image(path: Path) -> np.ndarray:
-    """Decode ``path`` as (H, W, 3) uint8 RGB (grey and RGBA images converted); DataError if it cannot."""
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    """Decode ``path`` as (H, W, 3) uint8 RGB (grey and RGBA images converted); a DataError naming the file
+    if it cannot be read or decoded completely (a truncated file is not decoded in part)."""
+    try:
+        data = np.fromfile(path, np.uint8)
+    except FileNotFoundError:
+        raise DataError(f"image {path}: no such file (gone since the data set was read); restore it or remove "
+                        f"it from the annotations") from None
+    except OSError as e:
+        raise DataError(f"image {path}: cannot be read ({e.strerror}); {SKIP_HINT}") from None
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None  # None for a truncated file too
     if image is None:
-        what = "no such file" if not Path(path).is_file() else "cannot be decoded"
-        raise DataError(f"image {path}: {what}; replace it or remove it from the annotations")
+        reason = decode_problem(path)[0] or "OpenCV cannot decode it"
+        raise DataError(f"image {path}: {reason}; {SKIP_HINT}")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
@@ -102,9 +151,12 @@ class DetectionDataset(torch.utils.data.Dataset):
     names: list[str]  # class names, index 0..nc-1
     category_ids: list[int]  # COCO category id of each class index (never 0)
     stats: DetectionStats
+    faults: Faults  # the policy for bad images and what the checks met
 
-    def __init__(self, transform: Callable[[DetectionDataset, int], tuple[torch.Tensor, dict]] | None = None):
+    def __init__(self, transform: Callable[[DetectionDataset, int], tuple[torch.Tensor, dict]] | None = None,
+                 faults: Faults | None = None):
         self.transform = transform
+        self.faults = faults if faults is not None else Faults()
 
     @property
     def num_classes(self) -> int:
@@ -136,6 +188,19 @@ class DetectionDataset(torch.utils.data.Dataset):
         :func:`vision_attn.evaluation.coco_map` takes."""
         return [{"image_id": r.image_id, "boxes": r.boxes, "labels": r.labels, "orig_size": (r.height, r.width)}
                 for r in self.records]
+
+    def verify(self, threads: int = 4,
+               progress: Callable[[int, int], None] | None = None) -> dict[str, tuple[int, int]]:
+        """Decode every image once; those that fail go to ``faults`` and are left out (with ``"raise"``:
+        the first is an error). Returns the sizes of the images that decode."""
+        n = len(self.faults.problems)
+        sizes = verify_images([r.path for r in self.records], self.faults, threads, progress)
+        bad = {p.path for p in self.faults.problems[n:]}
+        if bad:
+            self.records = [r for r in self.records if str(r.path) not in bad]
+            self.stats.skipped += len(bad)
+            self.stats = self._finish_stats(self.stats)
+        return sizes
 
     def _finish_stats(self, stats: DetectionStats) -> DetectionStats:
         stats.images = len(self.records)

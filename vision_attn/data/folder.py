@@ -1,19 +1,20 @@
 """ImageNet-style image folders: ``ROOT/CLASS/IMAGE`` scanned, checked and decoded.
 
 A folder holds one subfolder per class (sorted names give the labels 0..C-1); images may lie in
-nested folders below a class folder. Files with other extensions (``.txt``, ``.csv``, ``.DS_Store``)
-and hidden files are ignored and counted. A class folder without images, a zero-byte image and a
-``val`` class that ``train`` lacks are errors that name the folder or file. Decoding (PIL) happens
+nested folders below a class folder (links followed once, :func:`~vision_attn.data.faults.walk_images`).
+Files with other extensions (``.txt``, ``.csv``, ``.DS_Store``) and hidden files are ignored and
+counted. A class folder without images and a ``val`` class that ``train`` lacks are errors that name
+the folder; an empty image, a broken or looping link go to the scan's
+:class:`~vision_attn.data.faults.Faults` (an error naming the file by default). Decoding (PIL) happens
 when a sample is read; an image that does not decode raises a :class:`DataError` naming the file,
-unless the images were checked first with :func:`check_images` (``skip_bad_images``), which drops
-them and counts them.
+unless the images were decoded first (``skip_bad_images``: :func:`~vision_attn.data.faults.verify_images`),
+which leaves them out and lists them.
 """
 from __future__ import annotations
 
 import os
 import random
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -21,13 +22,11 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from vision_attn.data.faults import IMAGE_EXTENSIONS, SKIP_HINT, Faults, image_reason, walk_images
 from vision_attn.errors import DataError
 
-__all__ = ["IMAGE_EXTENSIONS", "image_paths", "FolderScan", "ImageFolder", "scan_folder", "check_images", "split_samples",
-           "load_image", "SKIP_HINT"]
-
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
-SKIP_HINT = "replace or delete it, or pass --data.skip_bad_images true to skip unreadable images"
+__all__ = ["IMAGE_EXTENSIONS", "image_paths", "FolderScan", "ImageFolder", "scan_folder", "split_samples",
+           "load_image", "SKIP_HINT"]  # IMAGE_EXTENSIONS and SKIP_HINT: from data/faults.py
 
 Sample = tuple[str, int]  # (path, label)
 
@@ -40,7 +39,6 @@ class FolderScan:
     classes: list[str]
     samples: list[Sample]
     ignored: int = 0  # non-image and hidden files
-    empty_files: list[str] = field(default_factory=list)  # zero-byte images
 
     def counts(self) -> list[int]:
         """Images per class, in label order."""
@@ -54,13 +52,16 @@ def _class_dirs(root: Path) -> list[str]:
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
 
-def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role: str = "data") -> FolderScan:
+def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role: str = "data",
+                faults: Faults | None = None) -> FolderScan:
     """List the images of ``root`` (``root/CLASS/...``) with labels.
 
     ``classes``: the label order to use (a ``val`` folder takes ``train``'s); a class folder not among
-    them is an error. ``role`` names the folder in messages (``"train"``, ``"val"``).
+    them is an error. ``role`` names the folder in messages (``"train"``, ``"val"``). ``faults``: the
+    policy for empty images and broken links (default: the first is an error naming it).
     """
     root = Path(root)
+    faults = faults if faults is not None else Faults()
     if not root.is_dir():
         raise DataError(f"{role} folder {root}: no such folder; give a folder with one subfolder per class "
                         f"(ROOT/CLASS/IMAGE.jpg)")
@@ -80,33 +81,22 @@ def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role:
     index = {c: i for i, c in enumerate(classes)}
     samples: list[Sample] = []
     ignored = 0
-    empty: list[str] = []
+    seen: set[tuple[int, int]] = set()  # folders walked: a link into one of them is not walked twice
     for name in found:
-        n_images = 0
-        n_other = 0
-        for dirpath, dirnames, filenames in os.walk(root / name, followlinks=True):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for fname in sorted(filenames):
-                path = os.path.join(dirpath, fname)
-                if fname.startswith(".") or os.path.splitext(fname)[1].lower() not in IMAGE_EXTENSIONS:
-                    n_other += 1
-                    continue
-                if os.path.getsize(path) == 0:
-                    empty.append(path)
-                    continue
-                samples.append((path, index[name]))
-                n_images += 1
+        n_problems = len(faults.problems)
+        paths, n_other = walk_images(root / name, faults, seen)
+        samples += [(p, index[name]) for p in paths]
         ignored += n_other
-        if n_images == 0 and not any(p.startswith(str(root / name) + os.sep) for p in empty):
+        if not paths and len(faults.problems) == n_problems:
             raise DataError(
                 f"{role} class folder {root / name} has no images ({n_other} other file(s) ignored; images are "
                 f"{', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder")
-    return FolderScan(root=root, classes=list(classes), samples=samples, ignored=ignored, empty_files=empty)
+    return FolderScan(root=root, classes=list(classes), samples=samples, ignored=ignored)
 
 
 def load_image(path: str | Path) -> np.ndarray:
     """Decode the image at ``path`` to an (H, W, 3) uint8 RGB array; a file that does not decode
-    completely raises a :class:`DataError` naming it."""
+    completely (corrupt, truncated, not an image, gone) raises a :class:`DataError` naming it."""
     try:
         with Image.open(path) as img:
             img.load()  # decode now: a truncated file fails here, not later
@@ -117,27 +107,8 @@ def load_image(path: str | Path) -> np.ndarray:
     except FileNotFoundError:
         raise DataError(f"{path}: the image disappeared since the folder was scanned; scan again") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"{path}: cannot decode the image ({detail}); the file is corrupt or truncated: "
-                        f"{SKIP_HINT}") from None
+        raise DataError(f"{path}: {image_reason(e)}: {SKIP_HINT}") from None
     return np.asarray(rgb)
-
-
-def _readable(path: str) -> bool:
-    try:
-        load_image(path)
-    except DataError:
-        return False
-    return True
-
-
-def check_images(samples: Sequence[Sample], threads: int = 4) -> tuple[list[Sample], list[str]]:
-    """Decode every image once; return the samples that decode and the paths that do not."""
-    with ThreadPoolExecutor(max(1, threads)) as pool:  # PIL releases the GIL while decoding
-        ok = list(pool.map(_readable, [p for p, _ in samples], chunksize=64))
-    good = [s for s, keep in zip(samples, ok) if keep]
-    bad = [s[0] for s, keep in zip(samples, ok) if not keep]
-    return good, bad
 
 
 def split_samples(samples: Sequence[Sample], val_fraction: float, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
@@ -185,14 +156,13 @@ class ImageFolder(torch.utils.data.Dataset):
 
 
 def image_paths(items: Sequence[str | os.PathLike]) -> list[Path]:
-    """Image files among ``items`` (folders are searched recursively), in order; DataError for a missing
-    path, a file that is not an image, or no image at all."""
+    """Image files among ``items`` (folders are searched recursively, links followed once), in order;
+    DataError for a missing path, a file that is not an image, a broken link, or no image at all."""
     out: list[Path] = []
     for item in items:
         p = Path(item)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_EXTENSIONS
-                          and not q.name.startswith("."))
+            out += sorted(Path(q) for q in walk_images(p, Faults())[0])
         elif p.is_file():
             if p.suffix.lower() not in IMAGE_EXTENSIONS:
                 raise DataError(f"{p}: not an image file (extension {p.suffix or 'none'}; images are "

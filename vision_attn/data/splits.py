@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from vision_attn.data.demo import resolve_root
-from vision_attn.data.folder import SKIP_HINT, Sample, check_images, scan_folder, split_samples
+from vision_attn.data.faults import Faults, verify_images
+from vision_attn.data.folder import Sample, scan_folder, split_samples
 from vision_attn.errors import DataError
 
 __all__ = ["ClassificationSplits", "load_splits"]
@@ -27,7 +29,13 @@ class ClassificationSplits:
     val: list[Sample]
     layout: str  # "train/val", "split train/", "split root"
     ignored: int = 0  # non-image files
-    bad: list[str] = field(default_factory=list)  # images skipped because they do not decode
+    faults: Faults = field(default_factory=Faults)  # the bad files met (skipped with skip_bad_images)
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # (width, height) of each image decoded
+
+    @property
+    def bad(self) -> list[str]:
+        """The files left out (``skip_bad_images``) or found bad (``data check``)."""
+        return [p.path for p in self.faults.problems]
 
     def summary(self) -> str:
         """One line: images per split, classes, files ignored and skipped."""
@@ -36,18 +44,20 @@ class ClassificationSplits:
         if self.ignored:
             s += f"; {self.ignored} non-image file(s) ignored"
         if self.bad:
-            s += f"; {len(self.bad)} unreadable image(s) skipped"
+            s += f"; {len(self.bad)} unreadable image(s) {'skipped' if self.faults.mode == 'skip' else 'found'}"
         return s
 
 
-def _drop_bad(samples: list[Sample], empty: list[str], skip: bool, threads: int) -> tuple[list[Sample], list[str]]:
-    if empty and not skip:
-        raise DataError(f"{empty[0]}: empty image file (0 bytes)"
-                        f"{f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; {SKIP_HINT}")
-    if not skip:
-        return samples, []
-    good, bad = check_images(samples, threads)
-    return good, sorted(empty) + bad
+def _drop_bad(samples: list[Sample], faults: Faults, threads: int, sizes: dict[str, tuple[int, int]],
+              progress: Callable[[int, int], None] | None) -> list[Sample]:
+    """The samples, each decoded once when bad ones are to be skipped or listed (else they fail when read);
+    the sizes of those decoded go to ``sizes``."""
+    if faults.mode == "raise":
+        return samples
+    n = len(faults.problems)
+    sizes.update(verify_images([p for p, _ in samples], faults, threads, progress))
+    bad = {p.path for p in faults.problems[n:]}
+    return [s for s in samples if s[0] not in bad]
 
 
 def _check_classes(classes: list[str], train: list[Sample], where: Path) -> None:
@@ -59,31 +69,36 @@ def _check_classes(classes: list[str], train: list[Sample], where: Path) -> None
 
 
 def load_splits(root: str | os.PathLike, *, val_fraction: float = 0.2, split_seed: int = 0,
-                skip_bad_images: bool = False, threads: int = 4) -> ClassificationSplits:
+                skip_bad_images: bool = False, threads: int = 4, faults: Faults | None = None,
+                progress: Callable[[int, int], None] | None = None) -> ClassificationSplits:
     """Scan ``root`` (a folder or ``demo:NAME``) into train and val samples.
 
     ``val_fraction`` and ``split_seed`` apply when the root has no ``val/`` folder.
-    ``skip_bad_images``: decode every image once now and leave out those that fail (counted in
-    ``bad``); otherwise an unreadable image raises a :class:`DataError` naming it when it is read.
+    ``skip_bad_images``: decode every image once now and leave out those that fail (listed in
+    ``faults``); otherwise an unreadable image raises a :class:`DataError` naming it when it is read.
+    ``faults``: another policy (``Faults("collect")``: list every bad file, as ``data check`` does);
+    ``progress(done, total)``: called as images are decoded.
     """
+    faults = faults if faults is not None else Faults("skip" if skip_bad_images else "raise")
+    sizes: dict[str, tuple[int, int]] = {}
     path = resolve_root(root)
     if not path.is_dir():
         raise DataError(f"data root {path}: no such folder; give a folder with train/ and val/ class folders, "
                         f"a folder of class folders, or demo:digits")
     train_dir, val_dir = path / "train", path / "val"
     if train_dir.is_dir() and val_dir.is_dir():
-        tr = scan_folder(train_dir, role="train")
-        va = scan_folder(val_dir, classes=tr.classes, role="val")
-        train, bad_t = _drop_bad(tr.samples, tr.empty_files, skip_bad_images, threads)
-        val, bad_v = _drop_bad(va.samples, va.empty_files, skip_bad_images, threads)
+        tr = scan_folder(train_dir, role="train", faults=faults)
+        va = scan_folder(val_dir, classes=tr.classes, role="val", faults=faults)
+        train = _drop_bad(tr.samples, faults, threads, sizes, progress)
+        val = _drop_bad(va.samples, faults, threads, sizes, progress)
         _check_classes(tr.classes, train, train_dir)
-        return ClassificationSplits(path, tr.classes, train, val, "train/val", tr.ignored + va.ignored, bad_t + bad_v)
+        return ClassificationSplits(path, tr.classes, train, val, "train/val", tr.ignored + va.ignored, faults, sizes)
     if val_dir.is_dir():
         raise DataError(f"{path} has val/ but no train/ folder; add train/CLASS/... beside it")
     folder, layout = (train_dir, "split train/") if train_dir.is_dir() else (path, "split root")
-    scan = scan_folder(folder, role="train" if folder == train_dir else "data")
-    samples, bad = _drop_bad(scan.samples, scan.empty_files, skip_bad_images, threads)
+    scan = scan_folder(folder, role="train" if folder == train_dir else "data", faults=faults)
+    samples = _drop_bad(scan.samples, faults, threads, sizes, progress)
     train, val = split_samples(samples, val_fraction, split_seed)
     _check_classes(scan.classes, train, folder)
     return ClassificationSplits(path, scan.classes, train, val, f"{layout} {1 - val_fraction:.0%}/{val_fraction:.0%}",
-                                scan.ignored, bad)
+                                scan.ignored, faults, sizes)

@@ -5,11 +5,15 @@ listing image paths, or a list of either, relative to ``path`` (itself relative 
 the YAML's folder when absent). The labels of ``.../images/.../NAME.jpg`` are in
 ``.../labels/.../NAME.txt``, one box a line: ``class cx cy w h`` normalised to [0, 1] (a polygon
 ``class x1 y1 x2 y2 ...`` of three or more points gives its enclosing box). ``names`` is a list or a
-``{index: name}`` mapping. Checked on load: a line with the wrong number of columns, a value that is
-not a number, a class index not in 0..nc-1: errors naming the file and line; a missing image listed
-in a ``.txt`` file: an error naming it. An image without a label file, or with an empty one, is a
-negative. Boxes partly outside the image are clipped and counted, degenerate ones dropped and counted
-(``dataset.stats``). Image ids are 1..N in file order; ``category_ids`` are ``index + 1``.
+``{index: name}`` mapping. Checked on load, through the data set's
+:class:`~vision_attn.data.faults.Faults` (an error naming the file and line by default, the image
+skipped and listed with ``skip_bad_images``): a line with the wrong number of columns, a value that is
+not a number, a class index not in 0..nc-1, coordinates outside [0, 1] (pixels written by mistake);
+an image that is not one, a broken link. A missing image listed in a ``.txt`` file is an error naming
+it. An image without a label file, or with an empty one, is a negative. Boxes partly outside the
+image are clipped, degenerate ones dropped, duplicate rows removed (the first kept, as ultralytics
+does), each named by file and line in the notes and counted (``dataset.stats``). Image ids are 1..N in
+file order; ``category_ids`` are ``index + 1``.
 """
 from __future__ import annotations
 
@@ -18,15 +22,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PIL import Image
-
 from vision_attn.data.detection import (
     DetectionDataset,
     DetectionRecord,
     DetectionStats,
-    clip_boxes,
+    check_boxes,
 )
-from vision_attn.data.folder import IMAGE_EXTENSIONS
+from vision_attn.data.faults import Faults, image_size, walk_images
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.text import read_lines
 from vision_attn.io.yaml import CONFIG_LIMITS, read_yaml
@@ -75,10 +77,10 @@ def label_path(image: Path) -> Path:
     return Path(*parts).with_suffix(".txt")
 
 
-def _list_images(entry: str, root: Path, yaml_file: Path, key: str) -> list[Path]:
+def _list_images(entry: str, root: Path, yaml_file: Path, key: str, faults: Faults) -> list[Path]:
     source = Path(entry) if Path(entry).is_absolute() else root / entry
     if source.is_dir():
-        return sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
+        return sorted(Path(p) for p in walk_images(source, faults)[0])
     if source.suffix == ".txt" and source.is_file():
         out = []
         for n, line in read_lines(source, what="image list"):
@@ -93,39 +95,58 @@ def _list_images(entry: str, root: Path, yaml_file: Path, key: str) -> list[Path
     raise DataError(f"data YAML {yaml_file}: {key}: {source} is neither a folder of images nor a .txt list of them")
 
 
-def _parse_labels(file: Path, nc: int) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes (n, 4) cx, cy, w, h normalised and classes (n,) of one label file."""
-    boxes, classes = [], []
+COORD_TOLERANCE = 0.01  # normalised coordinates this far outside [0, 1] are clipped, further ones refused
+
+
+def _parse_labels(file: Path, nc: int, faults: Faults,
+                  stats: DetectionStats) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """Boxes (n, 4) cx, cy, w, h normalised, classes (n,) and each row's ``"line N"`` of one label file;
+    None after ``faults.bad`` for a line that cannot be used."""
+    boxes, classes, where = [], [], []
     for n, line in read_lines(file, what="label file"):
         cols = line.split()
         if not cols:
             continue
+        at = f"line {n}"
         if len(cols) != 5 and (len(cols) < 7 or len(cols) % 2 == 0):
-            raise DataError(f"{file}, line {n}: {len(cols)} columns; expected 5 (class cx cy w h, normalised) "
-                            f"or a polygon (class x1 y1 x2 y2 x3 y3 ...)")
+            faults.bad(file, f"{len(cols)} columns; expected 5 (class cx cy w h, normalised) or a polygon "
+                             f"(class x1 y1 x2 y2 x3 y3 ...)", at, fix="fix the line")
+            return None
         try:
             cls = float(cols[0])
             values = np.array(cols[1:], dtype=np.float64)
         except ValueError:
-            raise DataError(f"{file}, line {n}: {line.strip()!r} has a value that is not a number") from None
+            faults.bad(file, f"{line.strip()!r} has a value that is not a number", at, fix="fix the line")
+            return None
         if cls != int(cls) or not 0 <= cls < nc:
-            raise DataError(f"{file}, line {n}: class index {cols[0]} is not in 0..{nc - 1} (the data YAML names "
-                            f"{nc} classes); fix the label or add the class to names")
+            faults.bad(file, f"class index {cols[0]} is not in 0..{nc - 1} (the data YAML names {nc} classes)", at,
+                       fix="fix the label or add the class to names")
+            return None
+        if not np.isfinite(values).all() or values.min() < -COORD_TOLERANCE or values.max() > 1 + COORD_TOLERANCE:
+            pixels = np.isfinite(values).all() and values.max() > 1.5
+            faults.bad(file, f"coordinates {' '.join(cols[1:])} are outside [0, 1]"
+                             f"{': they look like pixels' if pixels else ''}", at,
+                       fix="YOLO labels are normalised: divide x and width by the image width, y and height by "
+                           "its height")
+            return None
         if len(values) > 4:  # polygon -> enclosing box
             xs, ys = values[0::2], values[1::2]
             values = np.array([(xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(),
                                ys.max() - ys.min()])
+            stats.polygons += 1
+            faults.counts["polygons read as boxes"] += 1
         boxes.append(values)
         classes.append(int(cls))
-    return np.array(boxes, dtype=np.float64).reshape(-1, 4), np.array(classes, dtype=np.int64)
+        where.append(at)
+    return np.array(boxes, dtype=np.float64).reshape(-1, 4), np.array(classes, dtype=np.int64), where
 
 
 class YoloDetection(DetectionDataset):
     """The ``split`` (a key of the data YAML: ``"train"``, ``"val"``, ``"test"``) of a YOLO txt data set."""
 
     def __init__(self, data_yaml: str | Path, split: str = "train", *,
-                 transform: Callable[[DetectionDataset, int], Any] | None = None):
-        super().__init__(transform)
+                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None):
+        super().__init__(transform, faults)
         self.data_yaml = Path(data_yaml)
         doc, root, self.names = read_data_yaml(self.data_yaml)
         self.category_ids = list(range(1, len(self.names) + 1))
@@ -133,27 +154,32 @@ class YoloDetection(DetectionDataset):
             raise DataError(f"data YAML {self.data_yaml}: '{split}' is missing; give the {split} images folder "
                             f"(relative to path: {root})")
         entries = doc[split] if isinstance(doc[split], list) else [doc[split]]
-        images = [p for e in entries for p in _list_images(str(e), root, self.data_yaml, split)]
+        images = [p for e in entries for p in _list_images(str(e), root, self.data_yaml, split, self.faults)]
         if not images:
             raise DataError(f"data YAML {self.data_yaml}: {split} lists no images ({', '.join(map(str, entries))})")
         stats = DetectionStats()
         nc = len(self.names)
         self.records = []
         for i, path in enumerate(images, start=1):
-            with Image.open(path) as pil:  # reads the header only
-                w, h = pil.size
+            size = image_size(path, self.faults)
+            if size is None:
+                stats.skipped += 1
+                continue
+            w, h = size
             lp = label_path(path)
             if lp.is_file():
-                cxcywh, classes = _parse_labels(lp, nc)
+                parsed = _parse_labels(lp, nc, self.faults, stats)
+                if parsed is None:
+                    stats.skipped += 1
+                    continue
+                cxcywh, classes, where = parsed
             else:
-                cxcywh, classes = np.zeros((0, 4)), np.zeros(0, np.int64)
+                cxcywh, classes, where = np.zeros((0, 4)), np.zeros(0, np.int64), []
                 stats.missing_labels += 1
             half = cxcywh[:, 2:] / 2
             xyxy = (np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1) * [w, h, w, h]).astype(np.float32)
-            boxes, ok, changed = clip_boxes(xyxy, h, w)
-            stats.clipped += changed
-            stats.degenerate += int((~ok).sum())
-            self.records.append(DetectionRecord(path, i, h, w, boxes[ok], classes[ok]))
+            boxes, labels = check_boxes(xyxy, classes, where, path, h, w, lp, self.faults, stats)
+            self.records.append(DetectionRecord(path, i, h, w, boxes, labels))
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

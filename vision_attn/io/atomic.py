@@ -4,22 +4,25 @@ which is then renamed over the target with ``os.replace`` (one step on the same 
 A reader sees the old file or the new one, never half of one; a failure (or a kill) leaves the old
 file and no temporary file. The finished file gets the mode an ordinary ``open(path, "w")`` would
 give it (``0o666`` less the umask; ``mkstemp`` makes private files). :func:`atomic_write` is the one
-place this happens; the other functions say what is written.
+place this happens; the other functions say what is written. A write that fails (a full disk, a
+folder removed or read-only) is a :class:`~vision_attn.errors.WriteError` naming the file and the free
+space (:func:`write_failure`), the previous file kept.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from vision_attn.errors import CheckpointError, ConfigError, VisionAttnError
+from vision_attn.errors import CheckpointError, ConfigError, VisionAttnError, WriteError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["atomic_write", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
+__all__ = ["atomic_write", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
            "write_onnx"]
 
 PathLike = str | os.PathLike
@@ -31,28 +34,77 @@ def _umask() -> int:
     return mask
 
 
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def free_space(path: PathLike) -> tuple[Path, int]:
+    """The nearest existing folder at or above ``path`` and the bytes free on its file system."""
+    folder = Path(os.path.abspath(path))
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder, shutil.disk_usage(folder).free
+
+
+def write_failure(path: PathLike, e: BaseException) -> str:
+    """What a failed write of ``path`` says: the file, why, and the free space where it was written."""
+    folder, free = free_space(Path(path).parent)
+    if isinstance(e, OSError) and e.strerror:
+        reason = e.strerror
+        if e.filename and os.fspath(e.filename) != os.fspath(path) \
+                and not os.path.basename(os.fspath(e.filename)).startswith(f".{Path(path).name}."):
+            reason += f": {e.filename}"
+    else:  # torch.save's C++ writer says only that its position is not where it should be
+        reason = "No space left on device" if free < 2**20 else f"the writer stopped: {str(e).splitlines()[0]}"
+    return f"{path}: writing failed ({reason}); {format_bytes(free)} free on the file system of {folder}"
+
+
+def _is_write_failure(e: BaseException) -> bool:
+    """An OSError, or torch.save's C++ writer failing (a RuntimeError from its zip container)."""
+    text = str(e)
+    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and (
+        "inline_container" in text or "PytorchStreamWriter" in text))
+
+
 def atomic_write(path: PathLike, write: Callable[[str], None], *, suffix: str = ".tmp", mkdir: bool = False,
                  error: type[VisionAttnError] = ConfigError, sidecars: Sequence[str] = ()) -> Path:
     """Call ``write(tmp)`` with a fresh temporary file beside ``path``, then rename it to ``path``.
 
     ``mkdir``: create the folder when missing (otherwise ``error`` names the missing folder and nothing
     is written); ``suffix``: the temporary file's ending (some writers choose the format by it);
-    ``sidecars``: endings of extra files a writer may leave beside the temporary one (removed)."""
+    ``sidecars``: endings of extra files a writer may leave beside the temporary one (removed). A
+    failing write is a WriteError (:func:`write_failure`); ``path`` is then as it was."""
     path = Path(path)
     folder = path.parent
-    if mkdir:
-        folder.mkdir(parents=True, exist_ok=True)
-    elif not folder.is_dir():
-        raise error(f"{path}: the folder {folder} does not exist; create it first (nothing was written)")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=suffix)
+    try:
+        if mkdir:
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            raise error(f"{path}: the folder {folder} does not exist; create it first (nothing was written)")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=suffix)
+    except OSError as e:
+        raise WriteError(f"{write_failure(path, e)}; nothing was written") from None
     os.close(fd)
+    kept = f"; {path.name} is as it was" if path.exists() else ""
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        if isinstance(e, VisionAttnError) or not _is_write_failure(e):
+            raise
+        raise WriteError(f"{write_failure(path, e)}{kept}, no temporary file left") from None
     finally:
         for leftover in (tmp, *(tmp + s for s in sidecars)):
-            Path(leftover).unlink(missing_ok=True)
+            try:
+                Path(leftover).unlink(missing_ok=True)
+            except OSError:  # the folder itself is gone
+                pass
     return path
 
 

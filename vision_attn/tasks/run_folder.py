@@ -10,11 +10,14 @@ CPU kernel plan the run trains with, reused when it continues); ``previous.ckpt`
 """
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from vision_attn.errors import TrainingError
+from vision_attn.io.atomic import format_bytes, free_space
 
 __all__ = ["RunFolder"]
 
@@ -55,6 +58,31 @@ class RunFolder:
             if not any((self.path / m).exists() for m in _RUN_MARKERS):
                 raise TrainingError(f"{self.path} is not a run folder (no {', '.join(_RUN_MARKERS)}); refusing to "
                                     f"delete it: choose another --name or --runs_dir")
+
+    def check_room(self, checkpoint_bytes: int) -> None:
+        """Before training starts: the folder exists or can be created, can be written, and its file
+        system has room for two checkpoints of ``checkpoint_bytes`` (``last.ckpt`` and the one that
+        replaces it); a TrainingError naming the folder otherwise."""
+        folder = Path(os.path.abspath(self.path))
+        while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            what = "a broken link" if folder.is_symlink() and not folder.exists() else "a file, not a folder"
+            raise TrainingError(f"run folder {self.path}: {folder} is {what}; choose another --runs_dir or --name")
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".vision_attn-write-check.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise TrainingError(f"run folder {self.path}: {folder} cannot be written ({e.strerror}); make it "
+                                f"writable or choose another --runs_dir") from None
+        _, free = free_space(folder)
+        need = 2 * checkpoint_bytes
+        if free < need:
+            raise TrainingError(f"run folder {self.path}: {format_bytes(free)} free on the file system of {folder}, "
+                                f"but a checkpoint of this model takes about {format_bytes(checkpoint_bytes)} and a "
+                                f"run needs room for two ({format_bytes(need)}); free some space or choose another "
+                                f"--runs_dir")
 
     def prepare(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
         """:meth:`check`, then a new run's folder is created (a previous run's cleared with

@@ -238,6 +238,8 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
 
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
+    if main_process:
+        run.check_room(checkpoint_bytes(module))
     run.prepare(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
     if trainer.is_global_zero:
         write_text(run.config, dump_config(cfg, task, run_flags=False))
@@ -269,6 +271,13 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
         f"run folder: {run.path}")
     return TrainResult(run.path, metrics)
+
+
+def checkpoint_bytes(module: torch.nn.Module) -> int:
+    """About the size of a training checkpoint of ``module``: its state dict four times over (the weights,
+    two optimizer moments, an EMA copy) and 1 MiB of loop state."""
+    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+    return 4 * weights + 2**20
 
 
 def _finish(run: RunFolder, trainer, module, datamodule, cfg, task: Task, common: dict[str, Any]) -> dict[str, Any]:

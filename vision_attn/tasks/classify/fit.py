@@ -39,6 +39,8 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     datamodule = ClassificationDataModule(**data_cfg)
     splits = datamodule.scan()
     say(f"data: {splits.summary()}")
+    for line in splits.faults.log_lines():
+        say(f"data: {line}")
     if len(splits.classes) < 2:
         raise DataError(f"{splits.root}: one class folder ({', '.join(splits.classes)}); a classifier needs two or "
                         "more class folders (train/CLASS/...)")
@@ -68,7 +70,7 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "name": cfg.name,
         "model": cfg.model.name,
         "model_kwargs": cfg.model.model_kwargs or {},
-        "data": str(datamodule.splits.root),
+        "data": {"source": str(datamodule.splits.root), **datamodule.splits.faults.report()},
         "classes": module.class_names,
         "train_images": len(datamodule.splits.train),
         "val_images": len(datamodule.splits.val),

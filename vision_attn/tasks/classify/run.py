@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, resolve_root, scan_folder
-from vision_attn.errors import CheckpointError, DataError
+from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.network import build_network
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
 
@@ -80,8 +80,6 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     root = resolve_root(data)
     folder = root / "val" if (root / "val").is_dir() else root
     scan = scan_folder(folder, classes=clf.classes, role="eval")
-    if scan.empty_files:
-        raise DataError(f"{scan.empty_files[0]}: empty image file (0 bytes); replace or delete it")
     loader = DataLoader(ImageFolder(scan.samples, clf.classes, clf.transform), batch_size=batch_size,
                         num_workers=num_workers)
     n = len(clf.classes)

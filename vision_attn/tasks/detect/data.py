@@ -8,11 +8,13 @@ reaches them through shared memory.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, collate_detection, open_detection
+from vision_attn.data.faults import Faults
 from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.tasks.data_module import ResumableDataModule
@@ -27,6 +29,9 @@ class DetectionDataModule(ResumableDataModule):
         data: ``demo:digit-boxes``, a YOLO data YAML (or its folder), or a COCO folder
             (``annotations/instances_{train,val}.json`` + ``images/{train,val}/``).
         format: ``auto``, ``coco`` or ``yolo`` (which copy of a folder that has both).
+        skip_bad_images: decode every image once before training and leave out those that fail or whose
+            labels cannot be used (each listed in the log and in metrics.json); otherwise the first bad
+            file stops training with its path.
         img_size: side of the square (letterboxed) images, a multiple of the detector's largest stride (32).
         batch_size: images per device and step; eval_batch_size: for validation (default: twice that).
         mosaic: probability of a 4-image mosaic in training (switched off for the model's last
@@ -43,6 +48,7 @@ class DetectionDataModule(ResumableDataModule):
         self,
         data: str = "demo:digit-boxes",
         format: Literal["auto", "coco", "yolo"] = "auto",
+        skip_bad_images: bool = False,
         img_size: int = 640,
         batch_size: int = 16,
         eval_batch_size: int | None = None,
@@ -67,6 +73,7 @@ class DetectionDataModule(ResumableDataModule):
         self.save_hyperparameters()
         self.train_set: Any = None
         self.val_set: Any = None
+        self.faults = Faults("skip" if skip_bad_images else "raise")  # both splits' bad files and label changes
 
     # ---------------------------------------------------------------- data
     def _open(self, split: str, train: bool) -> Any:
@@ -74,7 +81,10 @@ class DetectionDataModule(ResumableDataModule):
         transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
                                        scale=hp.affine_scale, translate=hp.translate, hsv=tuple(hp.hsv),
                                        min_visibility=hp.min_visibility, seed=hp.seed if train else None)
-        return open_detection(hp.data, split, fmt=hp.format, transform=transform)
+        dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=self.faults)
+        if self.faults.mode != "raise":  # decoded once now, so that no bad image reaches training
+            dataset.verify(threads=max(1, os.cpu_count() or 1))
+        return dataset
 
     def scan(self) -> "DetectionDataModule":
         """Open (and check) both splits once; also what :meth:`setup` calls."""

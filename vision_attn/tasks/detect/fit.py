@@ -39,6 +39,8 @@ def _build(cfg, say: Echo) -> tuple[Any, Any]:
     datamodule = DetectionDataModule(**data_cfg)
     datamodule.scan()
     say(f"data: {datamodule.summary()}")
+    for line in datamodule.faults.log_lines():
+        say(f"data: {line}")
     model_cfg = to_dict(cfg)["model"]
     module = DetectionModule(**model_cfg, num_classes=datamodule.num_classes, class_names=datamodule.names)
     params = sum(p.numel() for p in module.model.parameters())
@@ -60,7 +62,7 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "name": cfg.name,
         "model": module.yaml_source,
         "scale": module.model.scale,
-        "data": str(cfg.data.data),
+        "data": {"source": str(cfg.data.data), **datamodule.faults.report()},
         "classes": module.class_names,
         "train_images": len(datamodule.train_set),
         "val_images": len(datamodule.val_set),
