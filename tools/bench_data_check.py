@@ -1,16 +1,21 @@
 """How long `vision-attn data check` takes on 10,000 small images: a class folder (10 classes of 1,000
 64x64 JPEGs) and a YOLO set of the same images with one label file each (3 boxes a file), both
 written to a temporary folder first (not timed). Each check decodes every image once with the
-machine's CPUs as threads, as the command does.
+machine's CPUs as threads, as the command does. ``--vs ultralytics`` also times ultralytics' own
+label scan of the same YOLO set (``verify_image_label`` over a thread pool of the CPUs, what its
+``YOLODataset`` runs before training when no label cache exists), which checks image headers
+(``PIL.Image.verify``, and a JPEG's end marker) without decoding.
 
-    .venv/bin/python tools/bench_data_check.py [--images 10000] [--size 64]
+    .venv/bin/python tools/bench_data_check.py [--images 10000] [--size 64] [--vs ultralytics]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
+from multiprocessing.pool import ThreadPool
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +46,28 @@ def _write(root: Path, n: int, size: int) -> tuple[Path, Path]:
     return cls_root, yolo / "data.yaml"
 
 
+def _ultralytics_scan(data_yaml: Path) -> tuple[int, int, float]:
+    """(images, corrupt, seconds) of ultralytics' verify_image_label over train and val."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ultralytics_env import quiet_ultralytics_environment
+
+    quiet_ultralytics_environment()
+    from ultralytics.data.utils import verify_image_label
+
+    root = data_yaml.parent
+    jobs = [(str(p), str(root / "labels" / split / (p.stem + ".txt")), "", False, 10, 0, 0, False)
+            for split in ("train", "val") for p in sorted((root / "images" / split).iterdir())]
+    start = time.perf_counter()
+    with ThreadPool(os.cpu_count()) as pool:
+        results = pool.map(verify_image_label, jobs)
+    return len(jobs), sum(r[0] is None for r in results), time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=10_000)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--vs", choices=["ultralytics"], default=None, help="also time the peer's label scan")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder, data_yaml = _write(Path(tmp), args.images, args.size)
@@ -56,6 +79,10 @@ def main() -> None:
             n = sum(report.splits.values())
             print(f"{name}: {n} images checked in {seconds:.1f} s ({n / seconds:.0f} images/s), "
                   f"{len(report.faults.problems)} problems")
+        if args.vs == "ultralytics":
+            n, bad, seconds = _ultralytics_scan(data_yaml)
+            print(f"ultralytics verify_image_label, same YOLO set (headers only): {n} images in {seconds:.1f} s "
+                  f"({n / seconds:.0f} images/s), {bad} corrupt")
 
 
 if __name__ == "__main__":
