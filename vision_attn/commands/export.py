@@ -1,5 +1,6 @@
-"""``vision-attn export onnx|quantize``: an ONNX file of a classifier or detector, checked in
-onnxruntime, and its dynamic INT8 version with the latency and accuracy change (parsing and printing
+"""``vision-attn export onnx|openvino|torchscript|quantize``: an ONNX file of a classifier or detector,
+checked in onnxruntime; OpenVINO IR checked in OpenVINO's runtime; a traced TorchScript file for
+libtorch; and the dynamic INT8 ONNX version with the latency and accuracy change (parsing and printing
 only; see vision_attn.export)."""
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def _check_folder(output: str) -> str:
     return folder
 
 
-def _print_parity(report, console: Console) -> None:
+def _print_parity(report, console: Console, runtime: str = "onnxruntime") -> None:
     from rich.table import Table
 
-    table = Table(title="onnxruntime vs PyTorch: max abs difference")
+    table = Table(title=f"{runtime} vs PyTorch: max abs difference")
     table.add_column("input")
     table.add_column("shape")
     for k in report.tolerances:
@@ -51,7 +52,7 @@ def _print_parity(report, console: Console) -> None:
     console.print(table)
     for c in report.checks:
         if c.exact and any(c.diffs[k] > t for k, t in report.tolerances.items()):
-            console.print(f"{c.input}: against a float64 PyTorch run, onnxruntime is " +
+            console.print(f"{c.input}: against a float64 PyTorch run, {runtime} is " +
                           ", ".join(f"{k} {c.exact[k]:.2e}" for k in report.tolerances) + " off and PyTorch float32 " +
                           ", ".join(f"{k} {c.own[k]:.2e}" for k in report.tolerances) +
                           ": within 4x float32's own rounding (docs/deploy.md)", markup=False, soft_wrap=True)
@@ -110,6 +111,64 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _outputs(dep) -> tuple[list[str], str]:
+    if dep.kind == "detector":
+        return ["boxes_scores"], "(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
+    return ["logits"], "(B, classes) logits"
+
+
+def _cmd_openvino(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from vision_attn.export.openvino import export_openvino, openvino_model, require_openvino, run_openvino
+    from vision_attn.export.verify import verify_outputs
+
+    require_openvino()  # before the model is built: the install hint comes first
+    dep = _deployable(args, console, "OUT.xml")
+    outputs, out_desc = _outputs(dep)
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    result = export_openvino(dep.model, args.output, dep.input_size, dynamic_batch=args.dynamic_batch,
+                             precision=args.precision, opset=args.opset, exporter=args.exporter or "dynamo",
+                             output_names=tuple(outputs))
+    h, w = dep.input_size
+    mib = (os.path.getsize(result.xml) + os.path.getsize(result.bin)) / 2**20
+    console.print(f"{dep.label}: {result.xml} + {result.bin.name}  {result.precision} weights, {mib:.1f} MiB, "
+                  f"{result.seconds:.1f} s", markup=False, soft_wrap=True)
+    console.print(f"input 'images' ({'B' if args.dynamic_batch else 1}, 3, {h}, {w}) float32; output "
+                  f"'{outputs[0]}' {out_desc}", markup=False, soft_wrap=True)
+    if args.verify:
+        compiled = openvino_model(result.xml, threads=args.threads, hint="f32")
+        report = verify_outputs(lambda x: run_openvino(compiled, x), result.xml, "OpenVINO", dep,
+                                batches=(1, 3) if args.dynamic_batch else (1,),
+                                scale=10.0 if args.precision == "fp16" else 1.0, factor=8.0,
+                                hint="try --exporter torchscript or --precision fp32")
+        _print_parity(report, console, "OpenVINO (f32 hint)")
+        console.print("parity: ok (every difference within tolerance)")
+    return 0
+
+
+def _cmd_torchscript(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from vision_attn.export.torchscript import export_torchscript, load_torchscript
+    from vision_attn.export.verify import verify_outputs
+
+    dep = _deployable(args, console, "OUT.pt")
+    _, out_desc = _outputs(dep)
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    result = export_torchscript(dep.model, args.output, dep.input_size)
+    console.print(f"{dep.label}: {result.path}  traced at {'x'.join(map(str, result.input_shape))}, "
+                  f"{os.path.getsize(result.path) / 2**20:.1f} MiB, {result.seconds:.1f} s; output {out_desc}",
+                  markup=False, soft_wrap=True)
+    if args.verify:
+        traced = load_torchscript(result.path)
+        with torch.no_grad():
+            report = verify_outputs(lambda x: traced(x), result.path, "TorchScript", dep, batches=(1, 3), scale=0.1)
+        _print_parity(report, console, "TorchScript")
+        console.print("parity: ok (every difference within tolerance)")
+    return 0
+
+
 def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     import torch
     from rich.table import Table
@@ -141,13 +200,17 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add ``export onnx`` and ``export quantize``."""
-    p = sub.add_parser("export", help="ONNX export with onnxruntime parity check; INT8 quantization",
+    """Add ``export onnx|openvino|torchscript|quantize``."""
+    p = sub.add_parser("export", help="ONNX, OpenVINO and TorchScript export with parity checks; INT8 quantization",
                        description="Deploy a classifier or detector: `export onnx` writes an ONNX file (checked "
-                       "in onnxruntime with --verify); `export quantize` writes its dynamic INT8 version and "
-                       "reports the latency and accuracy change.")
+                       "in onnxruntime with --verify); `export openvino` OpenVINO IR (checked in OpenVINO); "
+                       "`export torchscript` a traced file for libtorch; `export quantize` the dynamic INT8 ONNX "
+                       "version with the latency and accuracy change.")
     fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     for name, help_text in (("onnx", "an ONNX file, optionally verified against PyTorch in onnxruntime"),
+                            ("openvino", "OpenVINO IR (.xml + .bin) from the ONNX graph, optionally verified in "
+                             "OpenVINO's CPU runtime (needs: pip install openvino)"),
+                            ("torchscript", "a traced TorchScript file for libtorch (C++), optionally verified"),
                             ("quantize", "dynamic INT8 ONNX (onnxruntime) of the linear layers (MatMul/Gemm) of a model or run")):
         q = fmt.add_parser(name, help=help_text, description=help_text)
         src = q.add_argument_group("what to export (one of --model, --checkpoint, --yaml)")
@@ -157,15 +220,31 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                          "state dict file")
         src.add_argument("--yaml", help="a detector YAML (ultralytics schema)")
         src.add_argument("--scale", help="the YAML's scale letter (n, s, m, ...)")
-        q.add_argument("-o", "--output", help="the .onnx file to write")
+        q.add_argument("-o", "--output", help={"openvino": "the .xml file to write (the .bin goes beside it)",
+                                                "torchscript": "the .pt file to write"}.get(name, "the .onnx file to write"))
         q.add_argument("--img-size", type=int, nargs="+", metavar="N", action=ImgSize,
                        help="input size N or H W (default: the model's, a run's, or 640 for detectors)")
-        q.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-        q.add_argument("--exporter", choices=("dynamo", "torchscript"), default=None,
-                       help="torch.export-based (default; torchscript with --nms) or the legacy TorchScript "
-                       "tracer (faster to export)")
+        if name != "torchscript":
+            q.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+            q.add_argument("--exporter", choices=("dynamo", "torchscript"), default=None,
+                           help="torch.export-based (default; torchscript with --nms) or the legacy TorchScript "
+                           "tracer (faster to export)")
         q.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
-        if name == "onnx":
+        if name == "openvino":
+            q.add_argument("--dynamic-batch", action="store_true", help="symbolic batch size (default: 1)")
+            q.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                           help="weights in the .bin: fp32 (default) or fp16 (half the file; the compiled model "
+                           "chooses its arithmetic precision, see docs/deploy.md)")
+            q.add_argument("--verify", action="store_true",
+                           help="run OpenVINO (f32 hint) and PyTorch on random inputs and china.jpg; exit 2 above "
+                           "1e-4 (1e-3 for detector boxes in pixels; ten times that with --precision fp16)")
+            q.set_defaults(func=_cmd_openvino)
+        elif name == "torchscript":
+            q.add_argument("--verify", action="store_true",
+                           help="load the file back and compare it with PyTorch on random inputs (batch 1 and 3) "
+                           "and china.jpg; exit 2 above 1e-5")
+            q.set_defaults(func=_cmd_torchscript)
+        elif name == "onnx":
             q.add_argument("--dynamic-batch", action="store_true", help="symbolic batch size (default: 1)")
             q.add_argument("--verify", action="store_true",
                            help="run onnxruntime and PyTorch on random inputs and china.jpg; exit 2 above "

@@ -1,0 +1,97 @@
+"""OpenVINO export: the network's ONNX graph (:func:`~vision_attn.export.onnx.export_onnx`) converted to
+OpenVINO's IR (``NAME.xml`` + ``NAME.bin``), and the compiled model for its parity check and benchmarks.
+
+``openvino`` is an optional dependency (``pip install openvino``); without it the export is a
+ConfigError with that command. The IR keeps FP32 weights (``precision="fp32"``) or compresses them to
+FP16 (``"fp16"``, half the file); the arithmetic precision is a property of the compiled model, not of
+the file: ``hint="f32"`` computes in float32, ``"bf16"`` in bfloat16 on CPUs with AMX or AVX-512 BF16
+(OpenVINO's default there), ``"f16"`` in float16 where the CPU has it. Both files are written under
+temporary names and renamed when complete (the ``.bin`` first), so a failed export leaves neither.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from vision_attn.errors import ConfigError
+from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx
+from vision_attn.io.atomic import atomic_write
+
+__all__ = ["OpenVinoExport", "export_openvino", "openvino_model", "run_openvino", "require_openvino"]
+
+Precision = Literal["fp32", "fp16"]
+Hint = Literal["f32", "bf16", "f16"]
+INSTALL = "pip install openvino"
+
+
+def require_openvino() -> Any:
+    """The ``openvino`` module, or a ConfigError saying how to install it."""
+    try:
+        import openvino
+    except ImportError:
+        raise ConfigError(f"OpenVINO is not installed: {INSTALL} (or pip install 'vision-attn[openvino]')") from None
+    return openvino
+
+
+@dataclass
+class OpenVinoExport:
+    """What was written: the .xml and .bin files, the weights' precision, dynamic batch, export seconds."""
+
+    xml: Path
+    bin: Path
+    precision: str
+    dynamic_batch: bool
+    seconds: float
+
+
+def export_openvino(model: nn.Module, path: str | os.PathLike, input_size: tuple[int, int], *,
+                    dynamic_batch: bool = False, precision: Precision = "fp32", opset: int = DEFAULT_OPSET,
+                    exporter: Exporter = "dynamo", output_names: tuple[str, ...] = ("output",)) -> OpenVinoExport:
+    """``model`` as OpenVINO IR at ``path`` (``.xml``; the weights in the ``.bin`` beside it), converted
+    from its ONNX export (same arguments as :func:`export_onnx`)."""
+    ov = require_openvino()
+    path = Path(path)
+    if path.suffix != ".xml":
+        raise ConfigError(f"-o {path}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
+    if precision not in ("fp32", "fp16"):
+        raise ConfigError(f"precision={precision!r}: choose fp32 or fp16")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"-o {path}: the folder {folder} does not exist; create it first (nothing was written)")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".{path.stem}.") as tmp:
+        onnx_file = Path(tmp) / "model.onnx"
+        export_onnx(model, onnx_file, input_size, dynamic_batch=dynamic_batch, opset=opset, exporter=exporter,
+                    output_names=output_names)
+        converted = ov.convert_model(str(onnx_file))
+        staged = Path(tmp) / "model.xml"
+        ov.save_model(converted, str(staged), compress_to_fp16=precision == "fp16")
+        bin_path = path.with_suffix(".bin")
+        atomic_write(bin_path, lambda t: os.replace(staged.with_suffix(".bin"), t))
+        xml = staged.read_text(encoding="utf-8")
+        atomic_write(path, lambda t: Path(t).write_text(xml, encoding="utf-8"))
+    return OpenVinoExport(path, bin_path, precision, dynamic_batch, time.perf_counter() - start)
+
+
+def openvino_model(path: str | os.PathLike, *, threads: int | None = None, hint: Hint = "f32") -> Any:
+    """The IR at ``path`` compiled for the CPU with ``threads`` inference threads (default torch's) and
+    the arithmetic precision ``hint``."""
+    ov = require_openvino()
+    if hint not in ("f32", "bf16", "f16"):
+        raise ConfigError(f"precision hint {hint!r}: choose f32, bf16 or f16")
+    core = ov.Core()
+    return core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads or torch.get_num_threads(), "INFERENCE_PRECISION_HINT": hint})
+
+
+def run_openvino(compiled: Any, x: torch.Tensor) -> torch.Tensor:
+    """The compiled model's first output for a float32 input tensor."""
+    out = compiled(x.detach().to(torch.float32).contiguous().numpy())
+    return torch.from_numpy(out[compiled.outputs[0]].copy())
