@@ -79,3 +79,23 @@ def test_cli_quantize_data_needs_a_run(tmp_path, capsys):
     assert main(["export", "quantize", "--model", "vit_tiny_patch16_224", "--data", "demo:digits",
                  "-o", str(tmp_path / "q.onnx")]) == 2
     assert "--data needs a trained classifier" in capsys.readouterr().err
+
+
+def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tmp_path, capsys):
+    from vision_attn.export import graph_ops, onnx_session, run_onnx
+
+    ckpt = fake_run_checkpoint(tmp_path / "best.ckpt")
+    out, fp32 = tmp_path / "m.int8.onnx", tmp_path / "m.onnx"
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--static",
+                 "--calibration-images", "64", "--exporter", "torchscript", "--rounds", "2", "-o", str(out),
+                 "--fp32-output", str(fp32)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the table's title wraps
+    assert "static INT8, calibrated on 64 images" in text and "top-1 on 359 images" in text
+    ops = graph_ops(out)[1]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    x = torch.randn(8, 3, 16, 16)
+    a, b = (run_onnx(onnx_session(p), x)[0] for p in (fp32, out))
+    # an untrained tiny ViT: its logits are small and close together, so INT8 rounding shows (0.95-1.0)
+    assert torch.nn.functional.cosine_similarity(a, b, dim=1).min() > 0.9
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--static", "-o", str(tmp_path / "q.onnx")]) == 2
+    assert "--static calibrates on the run's own images: give --data" in capsys.readouterr().err

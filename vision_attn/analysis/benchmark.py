@@ -295,7 +295,8 @@ class _Runner:
         self.model = model.to(device=device, memory_format=fmt).train(train)
         chans = getattr(getattr(model, "patch_embed", None), "in_chans", 3)
         self.x = torch.randn(batch, chans, *img_size, device=device).contiguous(memory_format=fmt)
-        self.fn = torch.compile(self.model) if compile else self.model
+        runtime = hasattr(model, "reference_model")  # run by another runtime: nothing for torch.compile to do
+        self.fn = torch.compile(self.model) if compile and not runtime else self.model
         self.opt = OPTIMIZERS[optimizer](self.model.parameters(), lr=1e-4) if train else None
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -316,15 +317,16 @@ class _Runner:
         self.opt.step()
 
     def count_flops(self) -> int:
-        """FLOPs of one call, counted on the eager model (fused attention and oneDNN linear included)."""
+        """FLOPs of one call, counted on the eager model (fused attention and oneDNN linear included); for a
+        model run by another runtime, on the PyTorch module it was exported from (``reference_model``)."""
         with flop_counter() as counter:
-            self.step(self.model)
+            self.step(getattr(self.model, "reference_model", self.model))
         return counter.get_total_flops()
 
     def peak_memory(self, compiled: bool) -> tuple[float, str]:
         if self.device.type == "cuda":
             return _cuda_peak_mb(self.step), "cuda max_memory_allocated"
-        if compiled:
+        if compiled or hasattr(self.model, "reference_model"):  # memory outside PyTorch's tensors
             return rss_rise_mb(self.step), "resident-set rise"
         return tensor_peak_mb(self.step), "peak tensor memory"
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-HEADERS = ["model", "batch", "img/s", "latency ms (median)", "p90 ms", "peak MiB", "GFLOPs/call", "MFU", "vs timm"]
+HEADERS = ["model", "batch", "img/s", "latency ms (median)", "p90 ms", "peak MiB", "GFLOPs/call", "MFU", "ratio"]
 
 
 def parse_batches(text: str) -> list[int]:
@@ -41,6 +41,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.flops import default_input_size
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
+    from vision_attn.export.runtimes import RuntimeModel, parse_runtimes
 
     batches = parse_batches(args.batch)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -48,6 +49,9 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("--device cuda: no CUDA device is visible here; use --device cpu")
     if args.vs not in (None, "timm"):
         raise ConfigError(f"--vs {args.vs!r}: only timm is supported")
+    runtimes = parse_runtimes(args.runtime)
+    if runtimes != ["torch"] and (args.train or device != "cpu"):
+        raise ConfigError("--runtime onnxruntime/openvino times CPU inference: drop --train and --device cuda")
     log = (lambda line: console.print(line, style="dim", markup=False)) if args.verbose else None
     peak = matmul_peak(device, args.precision)
     results, shared = [], True
@@ -57,7 +61,15 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
         for name in args.models:
             target = load_target(name, scale=args.scale, device="cpu")
             img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
-            models[target.name] = target.model
+            if "torch" in runtimes:
+                models[target.name] = target.model
+            for rt in runtimes:
+                if rt != "torch":
+                    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+                    models[f"{target.name} [{rt}]"] = RuntimeModel(target.model, rt, hw, precision=args.precision,
+                                                                   threads=torch.get_num_threads())
+                    if "torch" in runtimes:
+                        pairs[f"{target.name} [{rt}]"] = target.name
             if args.vs == "timm":
                 models[f"timm {name}"] = twin = timm_twin(name, args.img_size)
                 shared = share_weights(target.model, twin) and shared
@@ -79,9 +91,10 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     if args.markdown:
         print(title + "\n\n" + to_markdown(HEADERS, rows_of(results)), end="")
         return 0
+    kinds = ", ".join(dict.fromkeys(r.memory_kind for r in results))
     table = Table(title=title, caption=f"{args.rounds} rounds x {args.iters} calls after {args.warmup} warm-up calls, "
-                  "models alternating; vs timm: median over rounds of the throughput ratio; peak memory: "
-                  f"{results[0].memory_kind}", caption_justify="left")
+                  "models alternating; ratio: median over rounds of the throughput over timm's (--vs) or over "
+                  f"PyTorch's (--runtime); peak memory: {kinds}", caption_justify="left")
     for h in HEADERS:
         table.add_column(h, justify="left" if h == "model" else "right")
     for row in rows_of(results):
@@ -102,6 +115,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")
+    p.add_argument("--runtime", default="torch", metavar="NAMES",
+                   help="runtimes, comma-separated: torch (default), onnxruntime, openvino (pip install openvino); "
+                   "each an export of the same model, timed alternating with the others (CPU inference; bf16: "
+                   "OpenVINO's bf16 hint)")
     p.add_argument("--train", action="store_true", help="time a training step (forward, backward, optimiser) instead")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="the training step's optimiser")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")

@@ -176,13 +176,15 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.export.quantize import quantize_and_compare
 
     dep = _deployable(args, console, "OUT.int8.onnx")
-    if dep.kind == "detector":
+    if dep.kind == "detector" and not args.static:
         console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
                       "so expect little change", markup=False, soft_wrap=True)
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     r = quantize_and_compare(dep, args.output, fp32_output=args.fp32_output, data=args.data, batch=args.batch,
-                             rounds=args.rounds, opset=args.opset, exporter=args.exporter or "dynamo")
-    table = Table(title=f"{dep.label}: dynamic INT8 (onnxruntime) vs FP32")
+                             rounds=args.rounds, opset=args.opset, exporter=args.exporter or "dynamo",
+                             static=args.static, calibration_images=args.calibration_images)
+    kind = f"static INT8, calibrated on {args.calibration_images} images" if args.static else "dynamic INT8"
+    table = Table(title=f"{dep.label}: {kind} (onnxruntime) vs FP32")
     table.add_column("quantity")
     table.add_column("FP32", justify="right")
     table.add_column("INT8", justify="right")
@@ -262,4 +264,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
             q.add_argument("--fp32-output", help="also keep the FP32 .onnx here (default: a temporary file)")
             q.add_argument("--batch", type=int, default=8, help="batch size of the latency figure (default 8)")
             q.add_argument("--rounds", type=int, default=10, help="timed rounds, alternating (default 10)")
+            q.add_argument("--static", action="store_true", help="static INT8 (QDQ, every Conv/MatMul/Gemm, "
+                           "activation ranges calibrated on --data's training images) instead of dynamic")
+            q.add_argument("--calibration-images", type=int, default=256,
+                           help="--static: calibration images, a seeded sample of --data's train folder (256)")
             q.set_defaults(func=_cmd_quantize)

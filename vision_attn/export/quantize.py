@@ -1,6 +1,11 @@
-"""Dynamic INT8 quantization of the linear layers of a ViT or Swin, and what it costs and saves.
+"""INT8 quantization of a ViT, Swin or detector, and what it costs and saves.
 
-Two ways, both dynamic (weights stored as int8, activations quantized per call, no calibration set):
+Static (``quantize_onnx_static``, ``vision-attn export quantize --static``): onnxruntime's
+``quantize_static`` in the QDQ format, calibrated on a few hundred images of the run's own data (the
+training images, the evaluation pipeline, a seeded sample): weights int8 per channel, activations
+int8 with ranges from the calibration (MinMax), every Conv, MatMul and Gemm quantized.
+
+Dynamic, two ways (weights stored as int8, activations quantized per call, no calibration set):
 
 - onnxruntime (:func:`quantize_onnx`): ``onnxruntime.quantization.quantize_dynamic`` rewrites the
   MatMul/Gemm nodes of an exported FP32 graph into MatMulInteger/DynamicQuantizeLinear; the result is a
@@ -37,8 +42,8 @@ from vision_attn.io.atomic import write_onnx
 from vision_attn.kernels import FusedLinear
 from vision_attn.layers.window_attention import WindowAttention
 
-__all__ = ["quantize_onnx", "quantize_torch", "folder_accuracy", "onnx_predictor", "quantize_and_compare",
-           "QuantizeReport"]
+__all__ = ["quantize_onnx", "quantize_onnx_static", "calibration_batches", "quantize_torch", "folder_accuracy",
+           "onnx_predictor", "quantize_and_compare", "QuantizeReport"]
 
 
 def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
@@ -59,6 +64,57 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         except Exception as e:  # noqa: BLE001 - onnxruntime's quantizer raises many types
             detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ExportError(f"{src}: onnxruntime's dynamic quantization failed ({detail[:300]})") from None
+        finally:
+            root.setLevel(level)
+
+    write_onnx(dst, write)
+    return dst
+
+
+def calibration_batches(data: str | os.PathLike, transform: Callable, classes: list[str] | None, *,
+                        images: int = 256, batch: int = 16, seed: int = 0) -> list[torch.Tensor]:
+    """``images`` images of ``data`` (its ``train/`` folder if it has one, else its class folders),
+    a seeded sample, through ``transform`` (the evaluation pipeline), in batches."""
+    root = resolve_root(data)
+    folder = root / "train" if (root / "train").is_dir() else root
+    if not folder.is_dir():
+        raise DataError(f"--data {data}: no such folder; give a folder of class folders or demo:digits")
+    samples = scan_folder(folder, classes=classes, role="calibration").samples
+    if not samples:
+        raise DataError(f"--data {data}: no calibration images in {folder}")
+    order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(seed))[:images].tolist()
+    dataset = ImageFolder([samples[i] for i in order], classes or sorted({str(s[1]) for s in samples}), transform)
+    return [x for x, _ in DataLoader(dataset, batch_size=batch)]
+
+
+def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches: list[torch.Tensor]) -> Path:
+    """``src`` (an FP32 .onnx with a free batch axis) quantized statically to int8 (QDQ: weights per
+    channel, activation ranges from ``batches``), written atomically to ``dst``."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    src, dst = Path(src), Path(dst)
+    if not batches:
+        raise ConfigError("static INT8 needs calibration images: give --data (a labelled folder or demo:digits)")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(batches)
+
+        def get_next(self):
+            x = next(self.items, None)
+            return None if x is None else {"images": x.numpy()}
+
+    def write(tmp: str) -> None:
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)
+        try:
+            quantize_static(str(src), tmp, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                            op_types_to_quantize=["Conv", "MatMul", "Gemm"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's quantizer raises many types
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ExportError(f"{src}: onnxruntime's static quantization failed ({detail[:300]})") from None
         finally:
             root.setLevel(level)
 
@@ -151,10 +207,15 @@ def _latency_ms(steps: dict[str, Callable[[], object]], batch: int, rounds: int)
 
 def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None = None,
                          data: str | os.PathLike | None = None, batch: int = 8, rounds: int = 10,
-                         opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo") -> QuantizeReport:
+                         opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo", static: bool = False,
+                         calibration_images: int = 256) -> QuantizeReport:
     """Export ``dep`` to FP32 ONNX (``fp32_output``, else a temporary file beside ``output``), write its
-    dynamic INT8 version to ``output``, and measure both: size, latency (alternating rounds, median) and,
-    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy."""
+    INT8 version to ``output`` (dynamic; ``static``: calibrated on ``calibration_images`` images of
+    ``data``'s training folder), and measure both: size, latency (alternating rounds, median) and,
+    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy on its val folder."""
+    if static and data is None:
+        raise ConfigError("--static calibrates on the run's own images: give --data (the training data root, "
+                          "e.g. demo:digits)")
     if data is not None and dep.classes is None:
         raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
                           "folder's classes to outputs)")
@@ -164,14 +225,18 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
     with tempfile.TemporaryDirectory(dir=folder, prefix=".fp32-") as tmp:
         fp32_path = Path(fp32_output) if fp32_output else Path(tmp) / "model.onnx"
         export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
-        quantize_onnx(fp32_path, output)
+        transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
+        if static:
+            quantize_onnx_static(fp32_path, output, calibration_batches(data, transform, dep.classes,
+                                                                        images=calibration_images))
+        else:
+            quantize_onnx(fp32_path, output)
         fp32, int8 = onnx_predictor(fp32_path), onnx_predictor(output)
         x = torch.randn(batch, 3, *dep.input_size)
         ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, batch, rounds)
         report = QuantizeReport(os.path.getsize(fp32_path) / 2**20, os.path.getsize(output) / 2**20, batch,
                                 ms["fp32"], ms["int8"])
         if data is not None:
-            transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
             report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
             report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
     return report
