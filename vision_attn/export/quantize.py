@@ -46,29 +46,37 @@ __all__ = ["quantize_onnx", "quantize_onnx_static", "calibration_batches", "quan
            "onnx_predictor", "quantize_and_compare", "QuantizeReport"]
 
 
-def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
-    """``src`` (an FP32 .onnx) with int8 weights for its MatMul and Gemm nodes, written atomically to ``dst``."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    src, dst = Path(src), Path(dst)
+def _quantized(src: Path, dst: Path, kind: str, quantize: Callable[[str], None]) -> Path:
+    """``quantize(tmp)`` (one of onnxruntime's quantizers, reading ``src``) written atomically to ``dst``;
+    its advice to run onnxruntime's pre-processing first (logged on every call) silenced, its failure
+    one ExportError line."""
     if not src.is_file():
         raise ConfigError(f"{src}: no such ONNX file")
     if not dst.parent.is_dir():
         raise ConfigError(f"-o {dst}: the folder {dst.parent} does not exist; create it first (nothing was written)")
+
     def write(tmp: str) -> None:
         root = logging.getLogger()
         level = root.level
-        root.setLevel(logging.ERROR)  # its advice to run onnxruntime's pre-processing first, on every call
+        root.setLevel(logging.ERROR)
         try:
-            quantize_dynamic(str(src), tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
-        except Exception as e:  # noqa: BLE001 - onnxruntime's quantizer raises many types
+            quantize(tmp)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's quantizers raise many types
             detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ExportError(f"{src}: onnxruntime's dynamic quantization failed ({detail[:300]})") from None
+            raise ExportError(f"{src}: onnxruntime's {kind} quantization failed ({detail[:300]})") from None
         finally:
             root.setLevel(level)
 
     write_onnx(dst, write)
     return dst
+
+
+def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """``src`` (an FP32 .onnx) with int8 weights for its MatMul and Gemm nodes, written atomically to ``dst``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    return _quantized(Path(src), Path(dst), "dynamic", lambda tmp: quantize_dynamic(
+        str(src), tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"]))
 
 
 def calibration_batches(data: str | os.PathLike, transform: Callable, classes: list[str] | None, *,
@@ -92,7 +100,6 @@ def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches
     channel, activation ranges from ``batches``), written atomically to ``dst``."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    src, dst = Path(src), Path(dst)
     if not batches:
         raise ConfigError("static INT8 needs calibration images: give --data (a labelled folder or demo:digits)")
 
@@ -104,22 +111,9 @@ def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches
             x = next(self.items, None)
             return None if x is None else {"images": x.numpy()}
 
-    def write(tmp: str) -> None:
-        root = logging.getLogger()
-        level = root.level
-        root.setLevel(logging.ERROR)
-        try:
-            quantize_static(str(src), tmp, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                            op_types_to_quantize=["Conv", "MatMul", "Gemm"])
-        except Exception as e:  # noqa: BLE001 - onnxruntime's quantizer raises many types
-            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ExportError(f"{src}: onnxruntime's static quantization failed ({detail[:300]})") from None
-        finally:
-            root.setLevel(level)
-
-    write_onnx(dst, write)
-    return dst
+    return _quantized(Path(src), Path(dst), "static", lambda tmp: quantize_static(
+        str(src), tmp, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
+        activation_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"]))
 
 
 def _torch_quantizable(model: nn.Module) -> set[str]:
