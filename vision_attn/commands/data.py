@@ -49,8 +49,7 @@ def _cmd_data(args: argparse.Namespace, console: Console) -> int:
     faults = report.faults
     notes = faults.notes
     if notes:
-        console.print(f"{len(notes)} change(s) training makes ({', '.join(f'{n} {k}' for k, n in sorted(faults.counts.items()))}):",
-                      markup=False)
+        console.print(f"{len(notes)} change(s) training makes ({faults.changes()}):", markup=False)
         for p in notes[:MAX_NOTES]:
             console.print(f"  {p.text()}", markup=False, soft_wrap=True)
         if len(notes) > MAX_NOTES:

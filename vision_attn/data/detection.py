@@ -193,12 +193,10 @@ class DetectionDataset(torch.utils.data.Dataset):
                progress: Callable[[int, int], None] | None = None) -> dict[str, tuple[int, int]]:
         """Decode every image once; those that fail go to ``faults`` and are left out (with ``"raise"``:
         the first is an error). Returns the sizes of the images that decode."""
-        n = len(self.faults.problems)
         sizes = verify_images([r.path for r in self.records], self.faults, threads, progress)
-        bad = {p.path for p in self.faults.problems[n:]}
-        if bad:
-            self.records = [r for r in self.records if str(r.path) not in bad]
-            self.stats.skipped += len(bad)
+        if len(sizes) < len(self.records):  # the ones without a size did not decode
+            self.stats.skipped += len(self.records) - len(sizes)
+            self.records = [r for r in self.records if str(r.path) in sizes]
             self.stats = self._finish_stats(self.stats)
         return sizes
 

@@ -26,13 +26,15 @@ from PIL import Image, UnidentifiedImageError
 
 from vision_attn.errors import DataError
 
-__all__ = ["IMAGE_EXTENSIONS", "SKIP_HINT", "Problem", "Faults", "FaultMode", "walk_images", "decode_problem",
+__all__ = ["IMAGE_EXTENSIONS", "SKIP_HINT", "Problem", "Faults", "FaultMode", "DECODE_ERRORS", "walk_images", "decode_problem",
            "image_reason", "image_size", "verify_images"]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 SKIP_HINT = "replace or delete it, or pass --data.skip_bad_images true to skip unreadable images"
 
 FaultMode = Literal["raise", "skip", "collect"]
+# what PIL raises for a file it cannot decode (truncated, not an image, too large, corrupt, gone)
+DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,6 @@ class Faults:
         self.notes.append(Problem(os.fspath(path), reason, where))
         self.counts[kind] += 1
 
-    @property
-    def bad_paths(self) -> set[str]:
-        return {p.path for p in self.problems}
-
     def report(self, max_notes: int = 200) -> dict:
         """What ``metrics.json`` records under ``data``: every skipped file, the counts, the first notes."""
         return {"skipped": [p.as_dict() for p in self.problems], "changed": dict(self.counts),
@@ -99,13 +97,9 @@ class Faults:
                          f"{min(len(self.notes), 200)} listed in metrics.json)")
         return lines
 
-    def summary(self) -> str:
-        """``'2 bad file(s) skipped; 3 clipped, 1 duplicates removed'`` ('' when nothing happened)."""
-        parts = [f"{len(self.problems)} bad file(s) {'skipped' if self.mode == 'skip' else 'found'}"] \
-            if self.problems else []
-        if self.counts:
-            parts.append(", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items())))
-        return "; ".join(parts)
+    def changes(self) -> str:
+        """The notes counted by kind: ``'3 clipped, 1 duplicates removed'`` ('' when there are none)."""
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
 
 
 def _link_problem(path: str) -> str | None:
@@ -157,7 +151,7 @@ def walk_images(folder: str | os.PathLike, faults: Faults,
             continue
         subdirs = []
         for entry in entries:
-            broken = _link_problem(entry.path)
+            broken = _link_problem(entry.path) if entry.is_symlink() else None  # no extra stat for plain files
             try:
                 is_dir = broken is None and entry.is_dir()
             except OSError:
@@ -215,7 +209,7 @@ def decode_problem(path: str | os.PathLike) -> tuple[str | None, tuple[int, int]
         with Image.open(path) as img:
             img.load()  # a truncated file fails here
             return None, img.size
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except DECODE_ERRORS as e:
         return image_reason(e), None
 
 
@@ -229,7 +223,7 @@ def image_size(path: str | os.PathLike, faults: Faults) -> tuple[int, int] | Non
     try:
         with Image.open(path) as pil:  # reads the header only
             return pil.size
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except DECODE_ERRORS as e:
         faults.bad(path, image_reason(e))
         return None
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from vision_attn.data.faults import IMAGE_EXTENSIONS, SKIP_HINT, Faults, image_reason, walk_images
+from vision_attn.data.faults import DECODE_ERRORS, IMAGE_EXTENSIONS, SKIP_HINT, Faults, image_reason, walk_images
 from vision_attn.errors import DataError
 
 __all__ = ["IMAGE_EXTENSIONS", "image_paths", "FolderScan", "ImageFolder", "scan_folder", "split_samples",
@@ -106,7 +106,7 @@ def load_image(path: str | Path) -> np.ndarray:
             rgb = img.convert("RGB")
     except FileNotFoundError:
         raise DataError(f"{path}: the image disappeared since the folder was scanned; scan again") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except DECODE_ERRORS as e:
         raise DataError(f"{path}: {image_reason(e)}: {SKIP_HINT}") from None
     return np.asarray(rgb)
 

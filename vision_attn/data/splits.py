@@ -54,10 +54,9 @@ def _drop_bad(samples: list[Sample], faults: Faults, threads: int, sizes: dict[s
     the sizes of those decoded go to ``sizes``."""
     if faults.mode == "raise":
         return samples
-    n = len(faults.problems)
-    sizes.update(verify_images([p for p, _ in samples], faults, threads, progress))
-    bad = {p.path for p in faults.problems[n:]}
-    return [s for s in samples if s[0] not in bad]
+    decoded = verify_images([p for p, _ in samples], faults, threads, progress)
+    sizes.update(decoded)
+    return [s for s in samples if s[0] in decoded]
 
 
 def _check_classes(classes: list[str], train: list[Sample], where: Path) -> None:

@@ -83,16 +83,21 @@ def calibration_batches(data: str | os.PathLike, transform: Callable, classes: l
                         images: int = 256, batch: int = 16, seed: int = 0) -> list[torch.Tensor]:
     """``images`` images of ``data`` (its ``train/`` folder if it has one, else its class folders),
     a seeded sample, through ``transform`` (the evaluation pipeline), in batches."""
+    folder = _labelled_folder(data, "train")
+    scan = scan_folder(folder, classes=classes, role="calibration")
+    order = torch.randperm(len(scan.samples), generator=torch.Generator().manual_seed(seed))[:images].tolist()
+    dataset = ImageFolder([scan.samples[i] for i in order], scan.classes, transform)
+    return [x for x, _ in DataLoader(dataset, batch_size=batch)]
+
+
+def _labelled_folder(data: str | os.PathLike, split: str) -> Path:
+    """The ``split`` folder of the data root ``data`` (``demo:digits`` included) if it has one, else the
+    root itself (class folders)."""
     root = resolve_root(data)
-    folder = root / "train" if (root / "train").is_dir() else root
+    folder = root / split if (root / split).is_dir() else root
     if not folder.is_dir():
         raise DataError(f"--data {data}: no such folder; give a folder of class folders or demo:digits")
-    samples = scan_folder(folder, classes=classes, role="calibration").samples
-    if not samples:
-        raise DataError(f"--data {data}: no calibration images in {folder}")
-    order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(seed))[:images].tolist()
-    dataset = ImageFolder([samples[i] for i in order], classes or sorted({str(s[1]) for s in samples}), transform)
-    return [x for x, _ in DataLoader(dataset, batch_size=batch)]
+    return folder
 
 
 def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches: list[torch.Tensor]) -> Path:
@@ -162,10 +167,7 @@ def folder_accuracy(predict: Callable[[torch.Tensor], torch.Tensor], data: str |
                     transform: Callable, classes: list[str], *, batch_size: int = 64) -> tuple[float, int]:
     """(top-1, images) of ``predict`` on ``data``: its ``val/`` folder if it has one (``demo:digits``
     included), else its class folders; the folder's classes must be among ``classes``."""
-    root = resolve_root(data)
-    folder = root / "val" if (root / "val").is_dir() else root
-    if not folder.is_dir():
-        raise DataError(f"--data {data}: no such folder; give a folder of class folders or demo:digits")
+    folder = _labelled_folder(data, "val")
     scan = scan_folder(folder, classes=classes, role="eval")
     loader = DataLoader(ImageFolder(scan.samples, classes, transform), batch_size=batch_size)
     correct = total = 0
