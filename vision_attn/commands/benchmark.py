@@ -41,7 +41,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.flops import default_input_size
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
-    from vision_attn.export.runtimes import RuntimeModel, parse_runtimes
+    from vision_attn.export.runtimes import RuntimeModel, check_precision, parse_runtimes
 
     batches = parse_batches(args.batch)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -52,6 +52,9 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     runtimes = parse_runtimes(args.runtime)
     if runtimes != ["torch"] and (args.train or device != "cpu"):
         raise ConfigError("--runtime onnxruntime/openvino times CPU inference: drop --train and --device cuda")
+    for rt in runtimes:
+        if rt != "torch":
+            check_precision(rt, args.precision)
     log = (lambda line: console.print(line, style="dim", markup=False)) if args.verbose else None
     peak = matmul_peak(device, args.precision)
     results, shared = [], True

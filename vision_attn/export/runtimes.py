@@ -22,7 +22,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
 
-__all__ = ["RUNTIMES", "RuntimeModel", "parse_runtimes"]
+__all__ = ["RUNTIMES", "RuntimeModel", "check_precision", "parse_runtimes"]
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
 
@@ -36,6 +36,15 @@ def parse_runtimes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_precision(runtime: str, precision: str) -> None:
+    """A ConfigError for a precision ``runtime`` does not run here (before anything is measured)."""
+    if precision not in ("fp32", "bf16"):
+        raise ConfigError(f"precision {precision!r}: choose fp32 or bf16")
+    if runtime == "onnxruntime" and precision != "fp32":
+        raise ConfigError("--runtime onnxruntime runs fp32 only here (its CPU provider has no bfloat16 kernels "
+                          "for these graphs); use --precision fp32, or openvino for bf16")
+
+
 class RuntimeModel(nn.Module):
     """``model`` exported and run in ``runtime`` (``"onnxruntime"`` or ``"openvino"``) for inputs of
     ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``."""
@@ -45,11 +54,7 @@ class RuntimeModel(nn.Module):
         super().__init__()
         if runtime not in ("onnxruntime", "openvino"):
             raise ConfigError(f"runtime {runtime!r}: choose onnxruntime or openvino (torch is the model itself)")
-        if precision not in ("fp32", "bf16"):
-            raise ConfigError(f"precision {precision!r}: choose fp32 or bf16")
-        if runtime == "onnxruntime" and precision != "fp32":
-            raise ConfigError("--runtime onnxruntime runs fp32 only here (its CPU provider has no bfloat16 kernels "
-                              "for these graphs); use --precision fp32, or openvino for bf16")
+        check_precision(runtime, precision)
         self.runtime, self.precision = runtime, precision
         self.reference = [model.eval()]  # a list: not a submodule (its parameters are not this module's)
         self._folder = tempfile.mkdtemp(prefix="vision_attn-runtime-")
