@@ -1,5 +1,6 @@
 """COCO json and YOLO txt detection data: checks on load, letterbox and mosaic boxes, the batch contract."""
 import json
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -8,6 +9,8 @@ import torch
 
 from vision_attn.data import (
     CocoDetection,
+    DetectionDataset,
+    DetectionRecord,
     DetectionTransform,
     YoloDetection,
     collate_detection,
@@ -15,7 +18,7 @@ from vision_attn.data import (
     open_detection,
     seed_worker,
 )
-from vision_attn.errors import DataError
+from vision_attn.errors import ConfigError, DataError
 
 COLOURS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255]], np.uint8)  # class k is a solid block of COLOURS[k]
 
@@ -172,6 +175,30 @@ def test_letterbox_boxes_map_back_to_the_original(tmp_path):
     back = (t["boxes"].numpy() - [pl, pt, pl, pt]) / t["scale"]
     np.testing.assert_allclose(back, ds.records[0].boxes, atol=0.5 / scale)
     assert torch.allclose(image[:, :pt, :], torch.tensor(114 / 255))  # the grey pad band above the image
+
+
+@pytest.mark.parametrize("hw", [(40, 80), (50, 37), (33, 51), (64, 64)])
+def test_rectangular_letterbox_pads_to_the_stride_where_letterbox_params_says(hw):
+    """``stride``: each side padded to a multiple of it (ultralytics' predict on images of one size),
+    the image placed where ``letterbox_params`` puts it, so boxes map back the same way."""
+    h, w = hw
+
+    class One(DetectionDataset):
+        records = [DetectionRecord(Path("x.png"), 1, h, w, np.array([[0, 0, w, h]], np.float32), np.zeros(1, np.int64))]
+
+        def load(self, index):
+            return np.full((h, w, 3), 200, np.uint8), self.records[0].boxes, self.records[0].labels
+
+    image, t = DetectionTransform(64, stride=16)(One(), 0)
+    scale, (nh, nw), (pl, pt) = letterbox_params(h, w, 64, stride=16)
+    assert image.shape[1] % 16 == 0 and image.shape[2] % 16 == 0 and max(image.shape[1:]) == 64
+    assert image.shape[1:] == (-(-nh // 16) * 16, -(-nw // 16) * 16) and t["pad"] == (pl, pt)
+    inside = (image[0] * 255).round() == 200
+    rows, cols = np.where(inside.numpy())
+    assert (rows.min(), cols.min(), rows.max() + 1, cols.max() + 1) == (pt, pl, pt + nh, pl + nw)
+    np.testing.assert_allclose(t["boxes"].numpy(), [[pl, pt, pl + nw, pt + nh]], atol=0.01)
+    with pytest.raises(ConfigError, match="rectangular letterboxing is for evaluation"):
+        DetectionTransform(64, train=True, stride=16)
 
 
 def _blocks_dataset(tmp_path, n=6, hs=(40, 120), ws=(40, 120)):

@@ -14,6 +14,7 @@ from vision_attn.export import export_onnx  # noqa: E402
 from vision_attn.export.quantize import onnx_predictor, quantize_onnx, quantize_torch  # noqa: E402
 from vision_attn.kernels import FusedLinear  # noqa: E402
 from vision_attn.layers.window_attention import WindowAttention  # noqa: E402
+from tests.checkpoints import classifier_checkpoint  # noqa: E402
 
 KW = {"img_size": 16, "patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2, "num_classes": 10}
 
@@ -54,19 +55,8 @@ def test_torch_dynamic_quantization_runs_our_layers(name, kw):
     assert (out - ref).abs().max() < 0.1 * ref.abs().max() + 1e-3
 
 
-def fake_run_checkpoint(path):
-    """A run checkpoint as training writes it (model name, arguments, classes, data settings, weights)."""
-    model = vision_attn.create_model("vit_tiny_patch16_224", **KW)
-    kwargs = {k: v for k, v in KW.items() if k not in ("img_size", "num_classes")}
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "hyper_parameters": {"name": "vit_tiny_patch16_224", "model_kwargs": kwargs, "num_classes": 10,
-                                     "img_size": 16, "class_names": [str(i) for i in range(10)]},
-                "datamodule_hyper_parameters": {"img_size": 16, "crop_pct": 1.0}}, path)
-    return path
-
-
 def test_cli_quantize_reports_accuracy_and_latency(tmp_path, capsys):
-    ckpt = fake_run_checkpoint(tmp_path / "best.ckpt")
+    ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
     out = tmp_path / "m.int8.onnx"
     assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--exporter", "torchscript",
                  "--rounds", "2", "-o", str(out)]) == 0
@@ -84,7 +74,7 @@ def test_cli_quantize_data_needs_a_run(tmp_path, capsys):
 def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tmp_path, capsys):
     from vision_attn.export import graph_ops, onnx_session, run_onnx
 
-    ckpt = fake_run_checkpoint(tmp_path / "best.ckpt")
+    ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
     out, fp32 = tmp_path / "m.int8.onnx", tmp_path / "m.onnx"
     assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--static",
                  "--calibration-images", "64", "--exporter", "torchscript", "--rounds", "2", "-o", str(out),

@@ -40,12 +40,15 @@ __all__ = ["DetectionTransform", "letterbox_params", "PAD_VALUE"]
 PAD_VALUE = 114  # grey of the letterbox and mosaic borders, as in the YOLO family
 
 
-def letterbox_params(height: int, width: int, size: int) -> tuple[float, tuple[int, int], tuple[int, int]]:
+def letterbox_params(height: int, width: int, size: int,
+                     stride: int | None = None) -> tuple[float, tuple[int, int], tuple[int, int]]:
     """Scale, resized (h, w) and pad (left, top) that ``LongestMaxSize(size)`` + centred ``PadIfNeeded``
-    give an image of ``height`` x ``width`` (albumentations rounds the resized sides with ``round``)."""
+    give an image of ``height`` x ``width`` (albumentations rounds the resized sides with ``round``):
+    padded to ``size`` x ``size``, or with ``stride`` each side to the next multiple of ``stride``."""
     scale = size / max(height, width)
     nh, nw = max(1, round(height * scale)), max(1, round(width * scale))
-    return scale, (nh, nw), (int((size - nw) / 2.0), int((size - nh) / 2.0))
+    ph, pw = (size, size) if stride is None else (-(-nh // stride) * stride, -(-nw // stride) * stride)
+    return scale, (nh, nw), (int((pw - nw) / 2.0), int((ph - nh) / 2.0))
 
 
 class DetectionTransform:
@@ -53,13 +56,15 @@ class DetectionTransform:
 
     ``mosaic``: probability of a 4-image mosaic (training only); ``hflip``/``vflip``: flip probabilities;
     ``scale``, ``translate``: affine ranges; ``hsv``: (hue, saturation, value) shift limits;
-    ``min_visibility``: the fraction of a box that must survive cropping to keep it.
+    ``min_visibility``: the fraction of a box that must survive cropping to keep it. ``stride``
+    (evaluation only): pad each side to the next multiple of ``stride`` instead of to a square, as
+    ultralytics' predict does for images of one size (a 640x480 frame is 640x480, not 640x640).
     """
 
     def __init__(self, img_size: int, *, train: bool = False, mosaic: float = 1.0, hflip: float = 0.0,
                  vflip: float = 0.0, scale: float = 0.5, translate: float = 0.1,
                  hsv: tuple[float, float, float] = (5.0, 40.0, 30.0), min_visibility: float = 0.25,
-                 seed: int | None = None):
+                 seed: int | None = None, stride: int | None = None):
         if not (isinstance(img_size, int) and img_size >= 8):
             raise ConfigError(f"img_size={img_size!r}: give a square size in pixels, an int >= 8")
         for name, p in (("mosaic", mosaic), ("hflip", hflip), ("vflip", vflip), ("min_visibility", min_visibility)):
@@ -67,14 +72,18 @@ class DetectionTransform:
                 raise ConfigError(f"{name}={p}: give a probability in [0, 1]")
         if not 0 <= scale < 1 or not 0 <= translate <= 0.5:
             raise ConfigError(f"scale={scale}, translate={translate}: give 0 <= scale < 1 and 0 <= translate <= 0.5")
-        self.img_size, self.train, self.min_visibility = img_size, train, min_visibility
+        if stride is not None and (train or not (isinstance(stride, int) and stride >= 1)):
+            raise ConfigError(f"stride={stride!r}: rectangular letterboxing is for evaluation (train=False), with an "
+                              "int stride >= 1")
+        self.img_size, self.train, self.min_visibility, self.stride = img_size, train, min_visibility, stride
         self._mosaic = torch.tensor([float(mosaic) if train else 0.0]).share_memory_()
         s = img_size
         boxes = A.BboxParams(format="pascal_voc", label_fields=["labels"], clip=True,
                              min_visibility=min_visibility, min_width=2 if train else 0, min_height=2 if train else 0)
+        pad = {"min_height": s, "min_width": s} if stride is None else {
+            "min_height": None, "min_width": None, "pad_height_divisor": stride, "pad_width_divisor": stride}
         letterbox = [A.LongestMaxSize(max_size=s, interpolation=cv2.INTER_LINEAR, p=1.0),
-                     A.PadIfNeeded(min_height=s, min_width=s, position="center", border_mode=cv2.BORDER_CONSTANT,
-                                   fill=PAD_VALUE, p=1.0)]
+                     A.PadIfNeeded(**pad, position="center", border_mode=cv2.BORDER_CONSTANT, fill=PAD_VALUE, p=1.0)]
         if not train:
             self._letterbox = A.Compose(letterbox, bbox_params=boxes, strict=True, seed=seed)
             self._pipelines: list[A.Compose] = [self._letterbox]
@@ -128,7 +137,7 @@ class DetectionTransform:
         else:
             image, boxes, labels = dataset.load(index)
             out = self._letterbox(image=image, bboxes=boxes, labels=labels)
-            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size)
+            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
         out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
         out_labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
         return image_to_tensor(out["image"]), {

@@ -22,7 +22,7 @@ from vision_attn.errors import CheckpointError, ConfigError, VisionAttnError, Wr
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["atomic_write", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
+__all__ = ["atomic_write", "PendingFile", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
            "write_onnx"]
 
 PathLike = str | os.PathLike
@@ -71,6 +71,54 @@ def _is_write_failure(e: BaseException) -> bool:
         "inline_container" in text or "PytorchStreamWriter" in text))
 
 
+class PendingFile:
+    """A temporary file beside ``path`` for a writer that writes over time (a video, a JSON Lines file):
+    write to ``tmp``, then :meth:`commit` renames it to ``path`` or :meth:`abort` removes it (and the
+    ``sidecars``). ``suffix``, ``mkdir``, ``error``: as in :func:`atomic_write`."""
+
+    def __init__(self, path: PathLike, *, suffix: str = ".tmp", mkdir: bool = False,
+                 error: type[VisionAttnError] = ConfigError, sidecars: Sequence[str] = ()) -> None:
+        self.path = Path(path)
+        folder = self.path.parent
+        try:
+            if mkdir:
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not folder.is_dir():
+                raise error(f"{self.path}: the folder {folder} does not exist; create it first (nothing was written)")
+            fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=suffix)
+        except OSError as e:
+            raise WriteError(f"{write_failure(self.path, e)}; nothing was written") from None
+        os.close(fd)
+        self.sidecars = tuple(sidecars)
+        self.kept = f"; {self.path.name} is as it was" if self.path.exists() else ""
+
+    def failure(self, e: BaseException) -> BaseException:
+        """What a failure while writing or committing raises: ``e`` itself unless it is a write failure,
+        which becomes a WriteError naming the file and the free space."""
+        if isinstance(e, VisionAttnError) or not _is_write_failure(e):
+            return e
+        return WriteError(f"{write_failure(self.path, e)}{self.kept}, no temporary file left")
+
+    def commit(self) -> Path:
+        """Give the file an ordinary file's mode and rename it over ``path``."""
+        try:
+            os.chmod(self.tmp, 0o666 & ~_umask())
+            os.replace(self.tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise self.failure(e) from None
+        self.abort()  # the sidecars
+        return self.path
+
+    def abort(self) -> None:
+        """Remove the temporary file and its sidecars (what is left of them)."""
+        for leftover in (self.tmp, *(self.tmp + s for s in self.sidecars)):
+            try:
+                Path(leftover).unlink(missing_ok=True)
+            except OSError:  # the folder itself is gone
+                pass
+
+
 def atomic_write(path: PathLike, write: Callable[[str], None], *, suffix: str = ".tmp", mkdir: bool = False,
                  error: type[VisionAttnError] = ConfigError, sidecars: Sequence[str] = ()) -> Path:
     """Call ``write(tmp)`` with a fresh temporary file beside ``path``, then rename it to ``path``.
@@ -79,33 +127,19 @@ def atomic_write(path: PathLike, write: Callable[[str], None], *, suffix: str = 
     is written); ``suffix``: the temporary file's ending (some writers choose the format by it);
     ``sidecars``: endings of extra files a writer may leave beside the temporary one (removed). A
     failing write is a WriteError (:func:`write_failure`); ``path`` is then as it was."""
-    path = Path(path)
-    folder = path.parent
+    pending = PendingFile(path, suffix=suffix, mkdir=mkdir, error=error, sidecars=sidecars)
     try:
-        if mkdir:
-            folder.mkdir(parents=True, exist_ok=True)
-        elif not folder.is_dir():
-            raise error(f"{path}: the folder {folder} does not exist; create it first (nothing was written)")
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=suffix)
-    except OSError as e:
-        raise WriteError(f"{write_failure(path, e)}; nothing was written") from None
-    os.close(fd)
-    kept = f"; {path.name} is as it was" if path.exists() else ""
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        write(pending.tmp)
     except (OSError, RuntimeError) as e:
-        if isinstance(e, VisionAttnError) or not _is_write_failure(e):
+        pending.abort()
+        failure = pending.failure(e)
+        if failure is e:
             raise
-        raise WriteError(f"{write_failure(path, e)}{kept}, no temporary file left") from None
-    finally:
-        for leftover in (tmp, *(tmp + s for s in sidecars)):
-            try:
-                Path(leftover).unlink(missing_ok=True)
-            except OSError:  # the folder itself is gone
-                pass
-    return path
+        raise failure from None
+    except BaseException:
+        pending.abort()
+        raise
+    return pending.commit()
 
 
 def write_bytes(path: PathLike, data: bytes, *, mkdir: bool = False) -> Path:

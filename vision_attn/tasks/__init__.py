@@ -2,15 +2,17 @@
 names in each) over a shared runner (``runner``, ``config``, ``run_folder``, ``checkpoint_io``), the
 task registry (``registry``) and the one loader of trained runs (:func:`load_run`)."""
 from vision_attn.tasks.classify import (ClassificationDataModule, ClassificationModule, evaluate_classifier,
-                                        load_classifier, predict_images, train_classifier)
+                                        load_classifier, predict_classification_video, predict_images,
+                                        train_classifier)
 from vision_attn.tasks.detect import (DetectionDataModule, DetectionModule, evaluate_detector, load_detector,
-                                      predict_detections, train_detector)
+                                      predict_detection_video, predict_detections, train_detector)
 from vision_attn.tasks.registry import TASKS, dump_config, get_task, load_run, parse_train_config, train
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult
 from vision_attn.tasks.runs import Run
+from vision_attn.tasks.stream import StreamResult
 
 __all__ = ["ClassificationModule", "ClassificationDataModule", "parse_train_config", "dump_config", "RunFolder",
-           "TrainResult", "train_classifier", "load_classifier", "evaluate_classifier", "predict_images",
+           "TrainResult", "train_classifier", "load_classifier", "evaluate_classifier", "predict_images", "predict_classification_video",
            "DetectionModule", "DetectionDataModule", "train_detector", "load_detector", "evaluate_detector",
-           "predict_detections", "TASKS", "get_task", "train", "load_run", "Run"]
+           "predict_detections", "predict_detection_video", "TASKS", "get_task", "train", "load_run", "Run", "StreamResult"]

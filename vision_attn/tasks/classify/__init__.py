@@ -3,7 +3,7 @@ training end to end (``fit``), its figures (``plots``) and loading a trained run
 from vision_attn.tasks.classify.data import ClassificationDataModule
 from vision_attn.tasks.classify.fit import CLASSIFY, train_classifier
 from vision_attn.tasks.classify.module import ClassificationModule
-from vision_attn.tasks.classify.run import evaluate_classifier, load_classifier, predict_images
+from vision_attn.tasks.classify.run import evaluate_classifier, load_classifier, predict_images, predict_classification_video
 
 __all__ = ["ClassificationModule", "ClassificationDataModule", "CLASSIFY", "train_classifier", "load_classifier",
-           "evaluate_classifier", "predict_images"]
+           "evaluate_classifier", "predict_images", "predict_classification_video"]

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+import cv2
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
@@ -44,3 +46,17 @@ def plot_confusion(confusion: torch.Tensor, classes: Sequence[str], path: str | 
     ax.set_ylabel("true")
     ax.set_title(f"{title} (top-1 {100 * acc:.1f}%, {total} images)")
     return save_figure(fig, path)
+
+
+def draw_caption(image: np.ndarray, lines: Sequence[str]) -> np.ndarray:
+    """A copy of ``image`` (H, W, 3) uint8 RGB with ``lines`` of text at its top left, white on black."""
+    out = np.ascontiguousarray(image.copy())
+    scale = max(0.35, min(out.shape[:2]) / 900)
+    thickness = max(1, round(scale * 2))
+    y = 0
+    for text in lines:
+        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thickness)
+        cv2.rectangle(out, (0, y), (w + 6, y + h + base + 6), (0, 0, 0), -1)
+        cv2.putText(out, text, (3, y + h + 3), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), thickness, cv2.LINE_AA)
+        y += h + base + 6
+    return out

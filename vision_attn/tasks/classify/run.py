@@ -11,13 +11,17 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, resolve_root, scan_folder
+from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
+from vision_attn.tasks.classify.plots import draw_caption
 from vision_attn.tasks.classify.network import build_network
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.stream import StreamResult, predict_stream
 
 __all__ = ["load_classifier", "load_classifier_run", "evaluate_classifier", "predict_images", "accuracy_report"]
 
@@ -97,6 +101,15 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     return report
 
 
+def _top_k(clf: Run, images: Sequence[np.ndarray], k: int) -> list[list[dict[str, Any]]]:
+    """The ``k`` most probable labels of each (H, W, 3) uint8 RGB image: ``[{"label", "index", "prob"}]``."""
+    x = torch.stack([clf.transform(image=image)["image"] for image in images])  # (B, 3, H, W)
+    probs = clf.model(x).float().softmax(dim=-1)
+    values, indices = probs.topk(k, dim=-1)
+    return [[{"label": clf.classes[j], "index": j, "prob": round(pv, 6)} for pv, j in zip(v, i)]
+            for v, i in zip(values.tolist(), indices.tolist())]
+
+
 @torch.no_grad()
 def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *, top_k: int = 5,
                    batch_size: int = 32) -> list[dict[str, Any]]:
@@ -108,10 +121,19 @@ def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.Path
     results = []
     for start in range(0, len(paths), batch_size):
         chunk = paths[start:start + batch_size]
-        x = torch.stack([clf.transform(image=load_image(p))["image"] for p in chunk])  # (B, 3, H, W)
-        probs = clf.model(x).float().softmax(dim=-1)
-        values, indices = probs.topk(k, dim=-1)
-        for p, v, i in zip(chunk, values.tolist(), indices.tolist()):
-            results.append({"image": str(p), "top": [{"label": clf.classes[j], "index": j, "prob": round(pv, 6)}
-                                                     for pv, j in zip(v, i)]})
+        for p, top in zip(chunk, _top_k(clf, [load_image(p) for p in chunk], k)):
+            results.append({"image": str(p), "top": top})
     return results
+
+
+@torch.no_grad()
+def predict_classification_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
+                                 top_k: int = 5) -> StreamResult:
+    """Top-k labels for every frame of ``reader`` (a video, frames, a camera or a stream):
+    ``OUT/STEM.mp4`` with the top labels written on each frame and ``OUT/STEM.jsonl``, one line per
+    frame (``{"frame", "time", "top"}``); see :func:`~vision_attn.tasks.stream.predict_stream`."""
+    clf = load_classifier(checkpoint)
+    k = max(1, min(top_k, len(clf.classes)))
+    return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k),
+                          draw=lambda frame, top: draw_caption(frame, [f"{t['label']} {t['prob']:.2f}" for t in top]),
+                          record=lambda top: {"top": top})

@@ -5,7 +5,7 @@ from vision_attn.tasks.detect.data import DetectionDataModule
 from vision_attn.tasks.detect.edit import DetectorYamlEdit, edit_detector_yaml
 from vision_attn.tasks.detect.fit import DETECT, train_detector
 from vision_attn.tasks.detect.module import DetectionModule
-from vision_attn.tasks.detect.run import evaluate_detector, load_detector, predict_detections
+from vision_attn.tasks.detect.run import evaluate_detector, load_detector, predict_detections, predict_detection_video
 
 __all__ = ["DetectionModule", "DetectionDataModule", "DETECT", "train_detector", "load_detector",
-           "evaluate_detector", "predict_detections", "DetectorYamlEdit", "edit_detector_yaml"]
+           "evaluate_detector", "predict_detections", "predict_detection_video", "DetectorYamlEdit", "edit_detector_yaml"]

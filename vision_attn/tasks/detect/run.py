@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, image_paths, open_detection
+from vision_attn.data.video import FrameReader
 from vision_attn.data.detection import (DetectionDataset, DetectionRecord, DetectionStats, collate_detection,
                                        read_image)
 from vision_attn.evaluation import coco_map
@@ -26,12 +27,14 @@ from vision_attn.io.atomic import write_json
 from vision_attn.io.resources import resolve_path
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo import build_detector, load_yaml
+from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
 from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.stream import StreamResult, predict_stream
 
 __all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
-           "evaluate_detector", "predict_detections", "ImageList"]
+           "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList"]
 
 
 def _run_checkpoint(model_yaml: dict[str, Any], scale: str | None, state: dict[str, torch.Tensor], *,
@@ -131,6 +134,22 @@ class ImageList(DetectionDataset):
         self.stats = DetectionStats(images=len(self.records))
 
 
+class FrameList(DetectionDataset):
+    """Decoded frames (H, W, 3) uint8 RGB of one size as a detection data set, for prediction."""
+
+    def __init__(self, frames: Sequence[np.ndarray], transform: Any = None) -> None:
+        super().__init__(transform)
+        self.names, self.category_ids = [], []
+        self.frames = list(frames)
+        self.records = [DetectionRecord(Path(f"frame{i}"), i + 1, f.shape[0], f.shape[1], np.zeros((0, 4), np.float32),
+                                        np.zeros(0, np.int64)) for i, f in enumerate(self.frames)]
+        self.stats = DetectionStats(images=len(self.records))
+
+    def load(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rec = self.records[index]
+        return self.frames[index], rec.boxes, rec.labels
+
+
 @torch.no_grad()
 def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
          max_det: int, multi_label: bool) -> list[dict[str, Any]]:
@@ -167,15 +186,35 @@ def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *,
             "table": report.table()}
 
 
+def _predictor(checkpoint: str | os.PathLike) -> Run:
+    """The detector of ``checkpoint`` for prediction: batch norms folded into their convolutions."""
+    det = load_detector(checkpoint)
+    fuse_conv_bn(det.model)
+    return det
+
+
+def _stride(det: Run) -> int:
+    """The detector's largest stride: what a rectangular input's sides must be multiples of."""
+    return int(max(det.model.stride))
+
+
+def _items(d: dict[str, np.ndarray], classes: Sequence[str]) -> list[dict[str, Any]]:
+    """One image's detections as JSON: ``[{"box": [x1, y1, x2, y2], "score", "label", "class"}]``."""
+    return [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 5), "label": int(lb),
+             "class": classes[int(lb)]} for box, s, lb in zip(d["boxes"], d["scores"], d["labels"])]
+
+
 def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *,
                        output: str | os.PathLike | None = None, conf: float = 0.25, iou: float = 0.7,
                        max_det: int = 300, batch_size: int = 16) -> list[dict[str, Any]]:
     """Detections for image files (folders are searched): ``[{"image", "width", "height", "detections":
     [{"box": [x1, y1, x2, y2], "score", "label", "class"}]}]`` in original pixels. With ``output``, each
     image with its boxes drawn is written there under its own name, and the list as ``detections.json``."""
-    det = load_detector(checkpoint)
+    det = _predictor(checkpoint)
     paths = image_paths(images)
-    dataset = ImageList(paths, transform=DetectionTransform(det.img_size[0]))
+    dataset = ImageList(paths)
+    sizes = {(r.height, r.width) for r in dataset.records}
+    dataset.transform = DetectionTransform(det.img_size[0], stride=_stride(det) if len(sizes) == 1 else None)
     found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
                  multi_label=False)
     out_dir = Path(output) if output is not None else None
@@ -184,9 +223,8 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     results = []
     used: set[str] = set()
     for rec, d in zip(dataset.records, found):
-        items = [{"box": [round(float(v), 2) for v in box], "score": round(float(s), 5), "label": int(lb),
-                  "class": det.classes[int(lb)]} for box, s, lb in zip(d["boxes"], d["scores"], d["labels"])]
-        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height, "detections": items}
+        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height,
+                 "detections": _items(d, det.classes)}
         if out_dir is not None:
             name = f"{rec.path.stem}.png" if f"{rec.path.stem}.png" not in used else f"{rec.path.stem}_{rec.image_id}.png"
             used.add(name)
@@ -196,3 +234,22 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     if out_dir is not None:
         write_json(out_dir / "detections.json", results)
     return results
+
+
+def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
+                            conf: float = 0.25, iou: float = 0.7, max_det: int = 300) -> StreamResult:
+    """Detections for every frame of ``reader`` (a video, frames, a camera or a stream): ``OUT/STEM.mp4``
+    with the boxes drawn and ``OUT/STEM.jsonl``, one line per frame (``{"frame", "time", "detections"}``,
+    the detections as :func:`predict_detections` gives them); see
+    :func:`~vision_attn.tasks.stream.predict_stream` for what is written when a source fails."""
+    det = _predictor(checkpoint)
+    transform = DetectionTransform(det.img_size[0], stride=_stride(det))
+
+    def infer(frames: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        return _run(det, FrameList(frames, transform), batch_size=len(frames), num_workers=0, conf=conf, iou=iou,
+                    max_det=max_det, multi_label=False)
+
+    def draw(frame: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
+        return draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
+
+    return predict_stream(reader, output, infer=infer, draw=draw, record=lambda d: {"detections": _items(d, det.classes)})
