@@ -78,6 +78,22 @@ def test_video_predict_det_gives_every_frame_and_the_detections_of_its_frames_as
         same_detections(a["detections"], b["detections"])
 
 
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_video_predict_in_another_runtime_gives_the_detections_of_pytorch(det_ckpt, tmp_path, capsys, runtime):
+    """``--runtime``: the run's network exported and run there; square frames, so that PyTorch's
+    rectangular letterbox and the export's square input are the same 96x96 images."""
+    video = write_synthetic_video(tmp_path / "square.mp4", 16, size=(160, 160))
+    for name, extra in (("torch", []), (runtime, ["--runtime", runtime])):
+        assert main(["predict", "det", "--checkpoint", str(det_ckpt), str(video), "-o", str(tmp_path / name),
+                     "--conf", "0.001", *extra]) == 0
+    assert f"frames/s, {runtime})" in " ".join(capsys.readouterr().out.split())
+    ours, theirs = read_lines(tmp_path / "torch" / "square.jsonl"), read_lines(tmp_path / runtime / "square.jsonl")
+    assert len(ours) == len(theirs) == 16 and sum(len(r["detections"]) for r in ours) > 0
+    for a, b in zip(ours, theirs):
+        assert [d["class"] for d in a["detections"]] == [d["class"] for d in b["detections"]]
+        np.testing.assert_allclose([d["box"] for d in a["detections"]], [d["box"] for d in b["detections"]], atol=0.1)
+
+
 def test_video_predict_cls_writes_top_labels_per_frame(tmp_path, capsys):
     ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
     video = write_synthetic_video(tmp_path / "clip.avi", 20, size=(160, 120))

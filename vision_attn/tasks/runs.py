@@ -12,13 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import lightning_weights, read_checkpoint, run_checkpoint_path
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 
-__all__ = ["Run", "read_run_checkpoint", "task_of", "load_run_weights"]
+__all__ = ["Run", "Runtime", "read_run_checkpoint", "task_of", "load_run_weights"]
+
+Runtime = Callable[[nn.Module, tuple[int, int]], Callable[[torch.Tensor], torch.Tensor]]
+"""``runtime(model, (H, W))``: the network ``model`` as another runtime runs it (an onnxruntime or
+OpenVINO export, for example), a callable on (B, 3, H, W) float32 batches with the model's outputs;
+prediction takes one in place of the PyTorch model (``--runtime``)."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.plots import draw_caption
 from vision_attn.tasks.classify.network import build_network
-from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
 from vision_attn.tasks.stream import StreamResult, predict_stream
 
 __all__ = ["load_classifier", "load_classifier_run", "evaluate_classifier", "predict_images", "accuracy_report"]
@@ -101,10 +101,12 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     return report
 
 
-def _top_k(clf: Run, images: Sequence[np.ndarray], k: int) -> list[list[dict[str, Any]]]:
-    """The ``k`` most probable labels of each (H, W, 3) uint8 RGB image: ``[{"label", "index", "prob"}]``."""
+def _top_k(clf: Run, images: Sequence[np.ndarray], k: int, network: Callable[[torch.Tensor], torch.Tensor] | None
+           ) -> list[list[dict[str, Any]]]:
+    """The ``k`` most probable labels of each (H, W, 3) uint8 RGB image, by ``clf.model`` or ``network``:
+    ``[{"label", "index", "prob"}]``."""
     x = torch.stack([clf.transform(image=image)["image"] for image in images])  # (B, 3, H, W)
-    probs = clf.model(x).float().softmax(dim=-1)
+    probs = (network or clf.model)(x).float().softmax(dim=-1)
     values, indices = probs.topk(k, dim=-1)
     return [[{"label": clf.classes[j], "index": j, "prob": round(pv, 6)} for pv, j in zip(v, i)]
             for v, i in zip(values.tolist(), indices.tolist())]
@@ -112,28 +114,32 @@ def _top_k(clf: Run, images: Sequence[np.ndarray], k: int) -> list[list[dict[str
 
 @torch.no_grad()
 def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *, top_k: int = 5,
-                   batch_size: int = 32) -> list[dict[str, Any]]:
+                   batch_size: int = 32, runtime: Runtime | None = None) -> list[dict[str, Any]]:
     """Top-k labels with probabilities for image files (folders are searched for images):
-    ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``."""
+    ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``. ``runtime``: run the
+    network there instead of in PyTorch."""
     clf = load_classifier(checkpoint)
+    network = None if runtime is None else runtime(clf.model, clf.img_size)
     paths = image_paths(images)
     k = max(1, min(top_k, len(clf.classes)))
     results = []
     for start in range(0, len(paths), batch_size):
         chunk = paths[start:start + batch_size]
-        for p, top in zip(chunk, _top_k(clf, [load_image(p) for p in chunk], k)):
+        for p, top in zip(chunk, _top_k(clf, [load_image(p) for p in chunk], k, network)):
             results.append({"image": str(p), "top": top})
     return results
 
 
 @torch.no_grad()
 def predict_classification_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
-                                 top_k: int = 5) -> StreamResult:
+                                 top_k: int = 5, runtime: Runtime | None = None) -> StreamResult:
     """Top-k labels for every frame of ``reader`` (a video, frames, a camera or a stream):
     ``OUT/STEM.mp4`` with the top labels written on each frame and ``OUT/STEM.jsonl``, one line per
-    frame (``{"frame", "time", "top"}``); see :func:`~vision_attn.tasks.stream.predict_stream`."""
+    frame (``{"frame", "time", "top"}``); see :func:`~vision_attn.tasks.stream.predict_stream`.
+    ``runtime``: as in :func:`predict_images`."""
     clf = load_classifier(checkpoint)
+    network = None if runtime is None else runtime(clf.model, clf.img_size)
     k = max(1, min(top_k, len(clf.classes)))
-    return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k),
+    return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k, network),
                           draw=lambda frame, top: draw_caption(frame, [f"{t['label']} {t['prob']:.2f}" for t in top]),
                           record=lambda top: {"top": top})

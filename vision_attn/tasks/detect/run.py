@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
-from vision_attn.tasks.runs import Run, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
 from vision_attn.tasks.stream import StreamResult, predict_stream
 
 __all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
@@ -152,13 +152,17 @@ class FrameList(DetectionDataset):
 
 @torch.no_grad()
 def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
-         max_det: int, multi_label: bool) -> list[dict[str, Any]]:
+         max_det: int, multi_label: bool, network: Callable[[torch.Tensor], torch.Tensor] | None = None
+         ) -> list[dict[str, Any]]:
+    """Detections in original pixels for every image of ``dataset``, by ``det.model`` or by ``network``
+    (another runtime's export of it)."""
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
     out = []
     end2end = is_end_to_end(det.model)
+    net = network or det.model
     for batch in loader:
         x = batch["images"].contiguous(memory_format=torch.channels_last)
-        for d, iid, size, scale, pad in zip(postprocess(det.model(x), conf=conf, iou=iou, max_det=max_det,
+        for d, iid, size, scale, pad in zip(postprocess(net(x), conf=conf, iou=iou, max_det=max_det,
                                                         multi_label=multi_label, end2end=end2end),
                                             batch["image_ids"], batch["orig_sizes"], batch["scales"], batch["pads"]):
             out.append({"image_id": int(iid), "boxes": to_original(d.boxes, scale=scale, pad=pad, orig_size=size).numpy(),
@@ -186,11 +190,13 @@ def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *,
             "table": report.table()}
 
 
-def _predictor(checkpoint: str | os.PathLike) -> Run:
-    """The detector of ``checkpoint`` for prediction: batch norms folded into their convolutions."""
+def _predictor(checkpoint: str | os.PathLike, runtime: Runtime | None
+               ) -> tuple[Run, Callable[[torch.Tensor], torch.Tensor] | None]:
+    """The detector of ``checkpoint`` for prediction (batch norms folded into their convolutions) and,
+    with ``runtime``, its network in that runtime, for square inputs of the run's image size."""
     det = load_detector(checkpoint)
     fuse_conv_bn(det.model)
-    return det
+    return det, None if runtime is None else runtime(det.model, det.img_size)
 
 
 def _stride(det: Run) -> int:
@@ -206,17 +212,18 @@ def _items(d: dict[str, np.ndarray], classes: Sequence[str]) -> list[dict[str, A
 
 def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *,
                        output: str | os.PathLike | None = None, conf: float = 0.25, iou: float = 0.7,
-                       max_det: int = 300, batch_size: int = 16) -> list[dict[str, Any]]:
+                       max_det: int = 300, batch_size: int = 16, runtime: Runtime | None = None) -> list[dict[str, Any]]:
     """Detections for image files (folders are searched): ``[{"image", "width", "height", "detections":
     [{"box": [x1, y1, x2, y2], "score", "label", "class"}]}]`` in original pixels. With ``output``, each
-    image with its boxes drawn is written there under its own name, and the list as ``detections.json``."""
-    det = _predictor(checkpoint)
+    image with its boxes drawn is written there under its own name, and the list as ``detections.json``.
+    ``runtime``: run the network there (square inputs of the run's size) instead of in PyTorch."""
+    det, network = _predictor(checkpoint, runtime)
     paths = image_paths(images)
     dataset = ImageList(paths)
-    sizes = {(r.height, r.width) for r in dataset.records}
-    dataset.transform = DetectionTransform(det.img_size[0], stride=_stride(det) if len(sizes) == 1 else None)
+    rect = len({(r.height, r.width) for r in dataset.records}) == 1 and network is None
+    dataset.transform = DetectionTransform(det.img_size[0], stride=_stride(det) if rect else None)
     found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
-                 multi_label=False)
+                 multi_label=False, network=network)
     out_dir = Path(output) if output is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -237,17 +244,19 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
 
 
 def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
-                            conf: float = 0.25, iou: float = 0.7, max_det: int = 300) -> StreamResult:
+                            conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
+                            runtime: Runtime | None = None) -> StreamResult:
     """Detections for every frame of ``reader`` (a video, frames, a camera or a stream): ``OUT/STEM.mp4``
     with the boxes drawn and ``OUT/STEM.jsonl``, one line per frame (``{"frame", "time", "detections"}``,
     the detections as :func:`predict_detections` gives them); see
-    :func:`~vision_attn.tasks.stream.predict_stream` for what is written when a source fails."""
-    det = _predictor(checkpoint)
-    transform = DetectionTransform(det.img_size[0], stride=_stride(det))
+    :func:`~vision_attn.tasks.stream.predict_stream` for what is written when a source fails.
+    ``runtime``: as in :func:`predict_detections`."""
+    det, network = _predictor(checkpoint, runtime)
+    transform = DetectionTransform(det.img_size[0], stride=_stride(det) if network is None else None)
 
     def infer(frames: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:
         return _run(det, FrameList(frames, transform), batch_size=len(frames), num_workers=0, conf=conf, iou=iou,
-                    max_det=max_det, multi_label=False)
+                    max_det=max_det, multi_label=False, network=network)
 
     def draw(frame: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
         return draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
