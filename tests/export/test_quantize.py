@@ -2,6 +2,9 @@
 `export quantize` command on a run checkpoint with the accuracy on demo:digits' val folder."""
 from __future__ import annotations
 
+import re
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -89,3 +92,49 @@ def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tm
     assert torch.nn.functional.cosine_similarity(a, b, dim=1).min() > 0.9
     assert main(["export", "quantize", "--checkpoint", str(ckpt), "--static", "-o", str(tmp_path / "q.onnx")]) == 2
     assert "--static calibrates on the run's own images: give --data" in capsys.readouterr().err
+
+
+def test_openvino_int8_is_nncf_calibrated_on_the_runs_data_with_an_accuracy_aware_option(tmp_path, capsys):
+    """``--runtime openvino``: NNCF's static INT8 of the IR (FakeQuantize nodes in the graph), top-1 of
+    both models on the val folder, and with ``--max-drop`` NNCF's accuracy-aware mode."""
+    from vision_attn.export.openvino import openvino_model, run_openvino
+    from vision_attn.export.quantize import calibration_batches
+    from vision_attn.tasks import load_classifier
+
+    ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
+    out, fp32 = tmp_path / "m.int8.xml", tmp_path / "m.xml"
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--runtime", "openvino",
+                 "--calibration-images", "64", "--exporter", "torchscript", "--rounds", "2", "-o", str(out),
+                 "--fp32-output", str(fp32)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "NNCF static INT8, calibrated on 64 images (openvino) vs FP32" in text and "top-1 on 359 images" in text
+    assert "FakeQuantize" in out.read_text() and "FakeQuantize" not in fp32.read_text()
+    x = torch.cat(calibration_batches("demo:digits", load_classifier(ckpt).transform, [str(i) for i in range(10)],
+                                      images=64))  # images of the calibration's kind (random inputs are not)
+    a, b = (run_openvino(openvino_model(p, threads=1), x) for p in (fp32, out))
+    assert (a.argmax(dim=1) == b.argmax(dim=1)).float().mean() > 0.8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt", "m.bin", "m.int8.bin", "m.int8.xml", "m.xml"]
+
+    aware = tmp_path / "aware.xml"
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", "demo:digits", "--runtime", "openvino",
+                 "--calibration-images", "64", "--exporter", "torchscript", "--rounds", "1", "--max-drop", "0.5",
+                 "-o", str(aware)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "accuracy-aware (top-1 drop at most 0.5 pts)" in text and aware.is_file()
+    fp32_top1, int8_top1 = (float(v) for v in re.findall(r"top-1 on 359 images\W+([\d.]+)%\W+([\d.]+)%", text)[0])
+    assert int8_top1 >= fp32_top1 - 0.5 - 1e-6
+
+
+def test_openvino_int8_refusals_are_one_line(tmp_path, capsys, monkeypatch):
+    ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--runtime", "openvino", "-o", str(tmp_path / "q.xml")]) == 2
+    assert "give --data" in capsys.readouterr().err
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--max-drop", "1", "--data", "demo:digits",
+                 "-o", str(tmp_path / "q.onnx")]) == 2
+    assert "add --runtime openvino" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "nncf", None)  # as if it were not installed
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--runtime", "openvino", "--data", "demo:digits",
+                 "-o", str(tmp_path / "q.xml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: NNCF is not installed") and "pip install nncf" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]

@@ -175,16 +175,21 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
 
     from vision_attn.export.quantize import quantize_and_compare
 
-    dep = _deployable(args, console, "OUT.int8.onnx")
-    if dep.kind == "detector" and not args.static:
+    dep = _deployable(args, console, "OUT.int8.xml" if args.runtime == "openvino" else "OUT.int8.onnx")
+    if dep.kind == "detector" and not args.static and args.runtime == "onnxruntime":
         console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
                       "so expect little change", markup=False, soft_wrap=True)
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     r = quantize_and_compare(dep, args.output, fp32_output=args.fp32_output, data=args.data, batch=args.batch,
                              rounds=args.rounds, opset=args.opset, exporter=args.exporter or "dynamo",
-                             static=args.static, calibration_images=args.calibration_images)
-    kind = f"static INT8, calibrated on {args.calibration_images} images" if args.static else "dynamic INT8"
-    table = Table(title=f"{dep.label}: {kind} (onnxruntime) vs FP32")
+                             static=args.static, calibration_images=args.calibration_images, runtime=args.runtime,
+                             max_drop=args.max_drop)
+    if args.runtime == "openvino":
+        aware = f", accuracy-aware (top-1 drop at most {args.max_drop:g} pts)" if args.max_drop is not None else ""
+        kind = f"NNCF static INT8, calibrated on {args.calibration_images} images{aware}"
+    else:
+        kind = f"static INT8, calibrated on {args.calibration_images} images" if args.static else "dynamic INT8"
+    table = Table(title=f"{dep.label}: {kind} ({args.runtime}) vs FP32")
     table.add_column("quantity")
     table.add_column("FP32", justify="right")
     table.add_column("INT8", justify="right")
@@ -268,4 +273,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                            "activation ranges calibrated on --data's training images) instead of dynamic")
             q.add_argument("--calibration-images", type=int, default=256,
                            help="--static: calibration images, a seeded sample of --data's train folder (256)")
+            q.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime",
+                           help="onnxruntime (default: dynamic, or --static QDQ) or openvino (NNCF's static INT8 "
+                           "of the OpenVINO IR, calibrated on --data; -o NAME.xml; pip install nncf)")
+            q.add_argument("--max-drop", type=float, default=None,
+                           help="--runtime openvino: NNCF's accuracy-aware INT8, layers kept FP32 until top-1 on "
+                           "--data's val folder is within this many points of FP32's")
             q.set_defaults(func=_cmd_quantize)

@@ -24,7 +24,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx
 from vision_attn.io.atomic import atomic_write
 
-__all__ = ["OpenVinoExport", "export_openvino", "openvino_model", "run_openvino", "require_openvino"]
+__all__ = ["OpenVinoExport", "export_openvino", "openvino_model", "run_openvino", "require_openvino", "save_ir"]
 
 Precision = Literal["fp32", "fp16"]
 Hint = Literal["f32", "bf16", "f16"]
@@ -70,14 +70,22 @@ def export_openvino(model: nn.Module, path: str | os.PathLike, input_size: tuple
         onnx_file = Path(tmp) / "model.onnx"
         export_onnx(model, onnx_file, input_size, dynamic_batch=dynamic_batch, opset=opset, exporter=exporter,
                     output_names=output_names)
-        converted = ov.convert_model(str(onnx_file))
+        bin_path = save_ir(ov.convert_model(str(onnx_file)), path, compress_to_fp16=precision == "fp16")
+    return OpenVinoExport(path, bin_path, precision, dynamic_batch, time.perf_counter() - start)
+
+
+def save_ir(model: Any, path: Path, *, compress_to_fp16: bool = False) -> Path:
+    """The ``openvino.Model`` ``model`` written to ``path`` (.xml) and the .bin beside it, each under a
+    temporary name first (the .bin renamed before the .xml); returns the .bin's path."""
+    ov = require_openvino()
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.") as tmp:
         staged = Path(tmp) / "model.xml"
-        ov.save_model(converted, str(staged), compress_to_fp16=precision == "fp16")
+        ov.save_model(model, str(staged), compress_to_fp16=compress_to_fp16)
         bin_path = path.with_suffix(".bin")
         atomic_write(bin_path, lambda t: os.replace(staged.with_suffix(".bin"), t))
         xml = staged.read_text(encoding="utf-8")
         atomic_write(path, lambda t: Path(t).write_text(xml, encoding="utf-8"))
-    return OpenVinoExport(path, bin_path, precision, dynamic_batch, time.perf_counter() - start)
+    return bin_path
 
 
 def openvino_model(path: str | os.PathLike, *, threads: int | None = None, hint: Hint = "f32") -> Any:

@@ -19,7 +19,9 @@ Dynamic, two ways (weights stored as int8, activations quantized per call, no ca
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import logging
 import os
 import statistics
@@ -37,13 +39,14 @@ from vision_attn.analysis.benchmark import alternate
 from vision_attn.data import ImageFolder, eval_transforms, resolve_root, scan_folder
 from vision_attn.errors import ConfigError, DataError, ExportError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
+from vision_attn.export.openvino import export_openvino, openvino_model, require_openvino, run_openvino, save_ir
 from vision_attn.export.source import Deployable
 from vision_attn.io.atomic import write_onnx
 from vision_attn.kernels import FusedLinear
 from vision_attn.layers.window_attention import WindowAttention
 
-__all__ = ["quantize_onnx", "quantize_onnx_static", "calibration_batches", "quantize_torch", "folder_accuracy",
-           "onnx_predictor", "quantize_and_compare", "QuantizeReport"]
+__all__ = ["quantize_onnx", "quantize_onnx_static", "quantize_openvino", "calibration_batches", "quantize_torch",
+           "folder_accuracy", "onnx_predictor", "quantize_and_compare", "QuantizeReport", "is_transformer"]
 
 
 def _quantized(src: Path, dst: Path, kind: str, quantize: Callable[[str], None]) -> Path:
@@ -119,6 +122,68 @@ def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches
     return _quantized(Path(src), Path(dst), "static", lambda tmp: quantize_static(
         str(src), tmp, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
         activation_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"]))
+
+
+NNCF_INSTALL = "pip install nncf"
+
+
+def _require_nncf():  # noqa: ANN202 - the nncf module
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # NNCF imports it: "No CUDA runtime"
+    try:
+        import nncf
+    except ImportError:
+        raise ConfigError(f"NNCF is not installed (OpenVINO's INT8 quantizer): {NNCF_INSTALL} (or pip install "
+                          "'vision-attn[openvino]')") from None
+    return nncf
+
+
+def is_transformer(model: nn.Module) -> bool:
+    """Whether ``model`` has attention layers (NNCF's transformer scheme then keeps softmax, layer norm and
+    the attention products' inputs where they quantize badly)."""
+    return any("Attention" in type(m).__name__ for m in model.modules())
+
+
+def quantize_openvino(src: str | os.PathLike, dst: str | os.PathLike, batches: list[torch.Tensor], *,
+                      transformer: bool = False,
+                      validation: tuple[list[tuple[torch.Tensor, torch.Tensor]], float] | None = None) -> Path:
+    """The OpenVINO IR ``src`` quantized to INT8 by NNCF's post-training quantization, activation ranges
+    calibrated on ``batches``, written to ``dst`` (.xml and .bin). ``transformer``: NNCF's transformer
+    scheme. ``validation``: ``(labelled batches, max_drop)``: NNCF's accuracy-aware quantization, which
+    returns layers to FP32, most harmful first, until top-1 on those batches is within ``max_drop``
+    (a fraction, absolute) of the FP32 model's."""
+    ov = require_openvino()
+    nncf = _require_nncf()
+    if not batches:
+        raise ConfigError("OpenVINO INT8 needs calibration images: give --data (a labelled folder or demo:digits)")
+    nncf.set_log_level(logging.ERROR)  # its progress bars and notes are not ours to print
+    model = ov.Core().read_model(str(src))
+    calibration = nncf.Dataset([b.numpy() for b in batches])
+    options = {"subset_size": len(batches), "model_type": nncf.ModelType.TRANSFORMER if transformer else None}
+    with contextlib.redirect_stdout(io.StringIO()):  # NNCF's progress bars (rich, on stdout)
+        quantized = _nncf_quantize(nncf, model, calibration, options, validation)
+    dst = Path(dst)
+    if dst.suffix != ".xml":
+        raise ConfigError(f"-o {dst}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
+    save_ir(quantized, dst)
+    return dst
+
+
+def _nncf_quantize(nncf, model, calibration, options: dict, validation):  # noqa: ANN001, ANN202 - NNCF's types
+    if validation is None:
+        return nncf.quantize(model, calibration, **options)
+    labelled, max_drop = validation
+
+    def top1(compiled, items) -> float:  # noqa: ANN001 - NNCF's compiled model and its data items
+        correct = total = 0
+        for x, y in items:
+            logits = compiled(x.numpy())[compiled.outputs[0]]
+            correct += int((logits.argmax(axis=-1) == y.numpy()).sum())
+            total += len(y)
+        return correct / max(total, 1)
+
+    return nncf.quantize_with_accuracy_control(
+        model, calibration, nncf.Dataset(labelled), validation_fn=top1, max_drop=max_drop,
+        drop_type=nncf.DropType.ABSOLUTE, **options)
 
 
 def _torch_quantizable(model: nn.Module) -> set[str]:
@@ -204,11 +269,24 @@ def _latency_ms(steps: dict[str, Callable[[], object]], batch: int, rounds: int)
 def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None = None,
                          data: str | os.PathLike | None = None, batch: int = 8, rounds: int = 10,
                          opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo", static: bool = False,
-                         calibration_images: int = 256) -> QuantizeReport:
+                         calibration_images: int = 256, runtime: str = "onnxruntime",
+                         max_drop: float | None = None) -> QuantizeReport:
     """Export ``dep`` to FP32 ONNX (``fp32_output``, else a temporary file beside ``output``), write its
     INT8 version to ``output`` (dynamic; ``static``: calibrated on ``calibration_images`` images of
     ``data``'s training folder), and measure both: size, latency (alternating rounds, median) and,
-    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy on its val folder."""
+    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy on its val folder.
+
+    ``runtime="openvino"``: the FP32 model is OpenVINO IR and the INT8 one NNCF's static quantization
+    of it (always calibrated; ``output`` an .xml); ``max_drop`` (top-1 points): NNCF's accuracy-aware
+    mode against ``data``'s val folder."""
+    if runtime not in ("onnxruntime", "openvino"):
+        raise ConfigError(f"--runtime {runtime!r}: choose onnxruntime or openvino")
+    if runtime == "openvino":
+        return _quantize_openvino_and_compare(dep, output, fp32_output=fp32_output, data=data, batch=batch,
+                                              rounds=rounds, opset=opset, exporter=exporter,
+                                              calibration_images=calibration_images, max_drop=max_drop)
+    if max_drop is not None:
+        raise ConfigError("--max-drop is NNCF's accuracy-aware quantization: add --runtime openvino")
     if static and data is None:
         raise ConfigError("--static calibrates on the run's own images: give --data (the training data root, "
                           "e.g. demo:digits)")
@@ -235,4 +313,46 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
         if data is not None:
             report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
             report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+    return report
+
+
+def _quantize_openvino_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None,
+                                   data: str | os.PathLike | None, batch: int, rounds: int, opset: int,
+                                   exporter: Exporter, calibration_images: int,
+                                   max_drop: float | None) -> QuantizeReport:
+    require_openvino()
+    _require_nncf()
+    if data is None:
+        raise ConfigError("--runtime openvino quantizes statically, calibrated on the run's own images: give --data "
+                          "(the training data root, e.g. demo:digits)")
+    if dep.classes is None:
+        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
+                          "folder's classes to outputs)")
+    output = Path(output)
+    if output.suffix != ".xml":
+        raise ConfigError(f"-o {output}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
+    if not output.parent.is_dir():
+        raise ConfigError(f"-o {output}: the folder {output.parent} does not exist; create it first (nothing was "
+                          "written)")
+    transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fp32-") as tmp:
+        fp32_path = Path(fp32_output) if fp32_output else Path(tmp) / "model.xml"
+        export_openvino(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
+        validation = None
+        if max_drop is not None:
+            folder = _labelled_folder(data, "val")
+            scan = scan_folder(folder, classes=dep.classes, role="eval")
+            validation = (list(DataLoader(ImageFolder(scan.samples, dep.classes, transform), batch_size=64)),
+                          max_drop / 100)
+        quantize_openvino(fp32_path, output, calibration_batches(data, transform, dep.classes, images=calibration_images),
+                          transformer=is_transformer(dep.model), validation=validation)
+        compiled = {k: openvino_model(p, hint="f32") for k, p in (("fp32", fp32_path), ("int8", output))}
+        fp32, int8 = ((lambda x, c=c: run_openvino(c, x)) for c in compiled.values())
+        x = torch.randn(batch, 3, *dep.input_size)
+        ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, batch, rounds)
+        size = {k: sum(os.path.getsize(p.with_suffix(e)) for e in (".xml", ".bin")) / 2**20
+                for k, p in (("fp32", fp32_path), ("int8", output))}
+        report = QuantizeReport(size["fp32"], size["int8"], batch, ms["fp32"], ms["int8"])
+        report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
+        report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
     return report
