@@ -6,7 +6,10 @@ and batch side by side, alternating, with the same tools.
 its IR, into a temporary folder removed with the object) and its ``forward`` runs the runtime on a
 float32 tensor. ``reference`` is the PyTorch module it was exported from: FLOPs are counted on it.
 Precision: ``fp32``; ``bf16`` is OpenVINO's ``bf16`` inference hint (onnxruntime's CPU provider has
-no bfloat16 kernels for these graphs, so it is refused there).
+no bfloat16 kernels for these graphs, so it is refused there). ``onnxruntime-int8`` runs the dynamic
+INT8 graph of ``export quantize``; ``openvino-int8`` NNCF's static INT8 IR, its ranges calibrated on
+random inputs (the same kernels and speed as a model calibrated on real images; for its accuracy,
+``export quantize --runtime openvino --data``).
 """
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
+from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_openvino
 
 __all__ = ["RUNTIMES", "RuntimeModel", "check_precision", "parse_runtimes"]
 
-RUNTIMES = ("torch", "onnxruntime", "openvino")
+RUNTIMES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
 
 
 def parse_runtimes(text: str) -> list[str]:
@@ -40,7 +44,10 @@ def check_precision(runtime: str, precision: str) -> None:
     """A ConfigError for a precision ``runtime`` does not run here (before anything is measured)."""
     if precision not in ("fp32", "bf16"):
         raise ConfigError(f"precision {precision!r}: choose fp32 or bf16")
-    if runtime == "onnxruntime" and precision != "fp32":
+    if runtime.endswith("-int8") and precision != "fp32":
+        raise ConfigError(f"--runtime {runtime} runs its INT8 model with the other layers in float32: use "
+                          "--precision fp32")
+    if runtime.startswith("onnxruntime") and precision != "fp32":
         raise ConfigError("--runtime onnxruntime runs fp32 only here (its CPU provider has no bfloat16 kernels "
                           "for these graphs); use --precision fp32, or openvino for bf16")
 
@@ -52,22 +59,30 @@ class RuntimeModel(nn.Module):
     def __init__(self, model: nn.Module, runtime: str, input_size: tuple[int, int], *, precision: str = "fp32",
                  threads: int | None = None) -> None:
         super().__init__()
-        if runtime not in ("onnxruntime", "openvino"):
-            raise ConfigError(f"runtime {runtime!r}: choose onnxruntime or openvino (torch is the model itself)")
+        if runtime not in RUNTIMES[1:]:
+            raise ConfigError(f"runtime {runtime!r}: choose {', '.join(RUNTIMES[1:])} (torch is the model itself)")
         check_precision(runtime, precision)
         self.runtime, self.precision = runtime, precision
         self.reference = [model.eval()]  # a list: not a submodule (its parameters are not this module's)
         self._folder = tempfile.mkdtemp(prefix="vision_attn-runtime-")
         path = Path(self._folder) / "model"
         self._run: Callable[[torch.Tensor], torch.Tensor]
-        if runtime == "onnxruntime":
-            export_onnx(model, path.with_suffix(".onnx"), input_size, dynamic_batch=True, exporter="torchscript")
-            session = onnx_session(path.with_suffix(".onnx"), threads)
+        int8 = runtime.endswith("-int8")
+        if runtime.startswith("onnxruntime"):
+            file = path.with_suffix(".onnx")
+            export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript")
+            if int8:
+                file = quantize_onnx(file, path.with_name("int8.onnx"))
+            session = onnx_session(file, threads)
             self._run = lambda x: run_onnx(session, x)[0]
         else:
-            export_openvino(model, path.with_suffix(".xml"), input_size, dynamic_batch=True, exporter="torchscript")
-            compiled = openvino_model(path.with_suffix(".xml"), threads=threads,
-                                      hint="bf16" if precision == "bf16" else "f32")
+            file = path.with_suffix(".xml")
+            export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript")
+            if int8:  # ranges from random inputs: the same kernels and timing, not the accuracy of real data
+                gen = torch.Generator().manual_seed(0)
+                batches = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
+                file = quantize_openvino(file, path.with_name("int8.xml"), batches, transformer=is_transformer(model))
+            compiled = openvino_model(file, threads=threads, hint="bf16" if precision == "bf16" else "f32")
             self._run = lambda x: run_openvino(compiled, x)
 
     @property
