@@ -98,7 +98,7 @@ def test_openvino_int8_is_nncf_calibrated_on_the_runs_data_with_an_accuracy_awar
     """``--runtime openvino``: NNCF's static INT8 of the IR (FakeQuantize nodes in the graph), top-1 of
     both models on the val folder, and with ``--max-drop`` NNCF's accuracy-aware mode."""
     from vision_attn.export.openvino import openvino_model, run_openvino
-    from vision_attn.export.quantize import calibration_batches
+    from vision_attn.data.calibration import folder_calibration
     from vision_attn.tasks import load_classifier
 
     ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
@@ -109,7 +109,7 @@ def test_openvino_int8_is_nncf_calibrated_on_the_runs_data_with_an_accuracy_awar
     text = " ".join(capsys.readouterr().out.split())
     assert "NNCF static INT8, calibrated on 64 images (openvino) vs FP32" in text and "top-1 on 359 images" in text
     assert "FakeQuantize" in out.read_text() and "FakeQuantize" not in fp32.read_text()
-    x = torch.cat(calibration_batches("demo:digits", load_classifier(ckpt).transform, [str(i) for i in range(10)],
+    x = torch.cat(folder_calibration("demo:digits", load_classifier(ckpt).transform, [str(i) for i in range(10)],
                                       images=64))  # images of the calibration's kind (random inputs are not)
     a, b = (run_openvino(openvino_model(p, threads=1), x) for p in (fp32, out))
     assert (a.argmax(dim=1) == b.argmax(dim=1)).float().mean() > 0.8

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from vision_attn.commands._runtime import add_runtime_argument, runtime_of
 from vision_attn.commands.train import TASK_HELP
 
 if TYPE_CHECKING:
@@ -47,13 +48,15 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.tasks import evaluate_classifier, evaluate_detector
 
     evaluate = {"cls": evaluate_classifier, "det": evaluate_detector}[args.task]
-    report = evaluate(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers)
+    report = evaluate(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers,
+                      runtime=runtime_of(args))
+    report["runtime"] = args.runtime
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2))
         return 0
     table, line = TABLES[args.task](report)
     console.print(table)
-    console.print(line)
+    console.print(line + ("" if args.runtime == "torch" else f" ({args.runtime})"))
     return 0
 
 
@@ -69,4 +72,5 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    add_runtime_argument(p)
     p.set_defaults(func=_cmd_eval)

@@ -8,24 +8,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from vision_attn.commands._runtime import add_runtime_argument, runtime_of
 from vision_attn.commands.train import TASK_HELP
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from vision_attn.tasks.runs import Runtime
     from rich.table import Table
-
-
-def _runtime(args: argparse.Namespace) -> Runtime | None:
-    """``--runtime``: the run's network exported to onnxruntime or OpenVINO (FP32, this process's threads)."""
-    if args.runtime == "torch":
-        return None
-    import torch
-
-    from vision_attn.export.runtimes import RuntimeModel
-
-    return lambda model, hw: RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads())
 
 
 def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -33,9 +21,9 @@ def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     if args.task == "cls":
         return predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size or 32,
-                              runtime=_runtime(args))
+                              runtime=runtime_of(args))
     return predict_detections(args.checkpoint, args.images, output=args.output, conf=args.conf, iou=args.iou,
-                              batch_size=args.batch_size or 32, runtime=_runtime(args))
+                              batch_size=args.batch_size or 32, runtime=runtime_of(args))
 
 
 CELLS = {"cls": ("top-{k} (probability)", lambda r: ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"])),
@@ -55,10 +43,10 @@ def _predict_video(args: argparse.Namespace, console: Console) -> int:
                          stall_timeout=args.stall_timeout, default_fps=args.fps)
     if args.task == "cls":
         result = predict_classification_video(args.checkpoint, reader, args.output, top_k=args.top_k,
-                                              runtime=_runtime(args))
+                                              runtime=runtime_of(args))
     else:
         result = predict_detection_video(args.checkpoint, reader, args.output, conf=args.conf, iou=args.iou,
-                                         runtime=_runtime(args))
+                                         runtime=runtime_of(args))
     stopped = " (stopped by Ctrl-C)" if result.stopped else ""
     console.print(f"{result.source}: {result.frames} frames in {result.seconds:.1f} s ({result.fps:.1f} frames/s"
                   f"{'' if args.runtime == 'torch' else ', ' + args.runtime})"
@@ -107,9 +95,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--iou", type=float, default=0.7, help="det: IoU of non-maximum suppression (default 0.7)")
     p.add_argument("--batch-size", type=int, default=None, help="images per batch (default 32; video frames: 8)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.add_argument("--runtime", choices=["torch", "onnxruntime", "openvino"], default="torch",
-                   help="run the network in PyTorch (default), or exported to onnxruntime or OpenVINO (FP32; the "
-                   "export is made in a temporary folder; inputs are then squares of the run's image size)")
+    add_runtime_argument(p)
     p.add_argument("--frames", action="store_true", help="the images (files and folders, in name order) are the "
                    "frames of one video: write an annotated video and a JSON Lines file")
     p.add_argument("--fps", type=float, default=30.0, help="video: frame rate of the output where the source has "

@@ -36,7 +36,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from vision_attn.analysis.benchmark import alternate
-from vision_attn.data import ImageFolder, eval_transforms, resolve_root, scan_folder
+from vision_attn.data import ImageFolder, eval_transforms, scan_folder
+from vision_attn.data.calibration import folder_calibration, labelled_folder
 from vision_attn.errors import ConfigError, DataError, ExportError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, require_openvino, run_openvino, save_ir
@@ -45,7 +46,7 @@ from vision_attn.io.atomic import write_onnx
 from vision_attn.kernels import FusedLinear
 from vision_attn.layers.window_attention import WindowAttention
 
-__all__ = ["quantize_onnx", "quantize_onnx_static", "quantize_openvino", "calibration_batches", "quantize_torch",
+__all__ = ["quantize_onnx", "quantize_onnx_static", "quantize_openvino", "quantize_torch",
            "folder_accuracy", "onnx_predictor", "quantize_and_compare", "QuantizeReport", "is_transformer"]
 
 
@@ -80,27 +81,6 @@ def quantize_onnx(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
     return _quantized(Path(src), Path(dst), "dynamic", lambda tmp: quantize_dynamic(
         str(src), tmp, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"]))
-
-
-def calibration_batches(data: str | os.PathLike, transform: Callable, classes: list[str] | None, *,
-                        images: int = 256, batch: int = 16, seed: int = 0) -> list[torch.Tensor]:
-    """``images`` images of ``data`` (its ``train/`` folder if it has one, else its class folders),
-    a seeded sample, through ``transform`` (the evaluation pipeline), in batches."""
-    folder = _labelled_folder(data, "train")
-    scan = scan_folder(folder, classes=classes, role="calibration")
-    order = torch.randperm(len(scan.samples), generator=torch.Generator().manual_seed(seed))[:images].tolist()
-    dataset = ImageFolder([scan.samples[i] for i in order], scan.classes, transform)
-    return [x for x, _ in DataLoader(dataset, batch_size=batch)]
-
-
-def _labelled_folder(data: str | os.PathLike, split: str) -> Path:
-    """The ``split`` folder of the data root ``data`` (``demo:digits`` included) if it has one, else the
-    root itself (class folders)."""
-    root = resolve_root(data)
-    folder = root / split if (root / split).is_dir() else root
-    if not folder.is_dir():
-        raise DataError(f"--data {data}: no such folder; give a folder of class folders or demo:digits")
-    return folder
 
 
 def quantize_onnx_static(src: str | os.PathLike, dst: str | os.PathLike, batches: list[torch.Tensor]) -> Path:
@@ -235,7 +215,7 @@ def folder_accuracy(predict: Callable[[torch.Tensor], torch.Tensor], data: str |
                     transform: Callable, classes: list[str], *, batch_size: int = 64) -> tuple[float, int]:
     """(top-1, images) of ``predict`` on ``data``: its ``val/`` folder if it has one (``demo:digits``
     included), else its class folders; the folder's classes must be among ``classes``."""
-    folder = _labelled_folder(data, "val")
+    folder = labelled_folder(data, "val")
     scan = scan_folder(folder, classes=classes, role="eval")
     loader = DataLoader(ImageFolder(scan.samples, classes, transform), batch_size=batch_size)
     correct = total = 0
@@ -304,7 +284,7 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
         export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
         transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
         if static:
-            quantize_onnx_static(fp32_path, output, calibration_batches(data, transform, dep.classes,
+            quantize_onnx_static(fp32_path, output, folder_calibration(data, transform, dep.classes,
                                                                         images=calibration_images))
         else:
             quantize_onnx(fp32_path, output)
@@ -343,11 +323,11 @@ def _quantize_openvino_and_compare(dep: Deployable, output: str | os.PathLike, *
         export_openvino(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
         validation = None
         if max_drop is not None:
-            folder = _labelled_folder(data, "val")
+            folder = labelled_folder(data, "val")
             scan = scan_folder(folder, classes=dep.classes, role="eval")
             validation = (list(DataLoader(ImageFolder(scan.samples, dep.classes, transform), batch_size=64)),
                           max_drop / 100)
-        quantize_openvino(fp32_path, output, calibration_batches(data, transform, dep.classes, images=calibration_images),
+        quantize_openvino(fp32_path, output, folder_calibration(data, transform, dep.classes, images=calibration_images),
                           transformer=is_transformer(dep.model), validation=validation)
         compiled = {k: openvino_model(p, hint="f32") for k, p in (("fp32", fp32_path), ("int8", output))}
         fp32, int8 = ((lambda x, c=c: run_openvino(c, x)) for c in compiled.values())

@@ -53,11 +53,12 @@ def check_precision(runtime: str, precision: str) -> None:
 
 
 class RuntimeModel(nn.Module):
-    """``model`` exported and run in ``runtime`` (``"onnxruntime"`` or ``"openvino"``) for inputs of
-    ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``."""
+    """``model`` exported and run in ``runtime`` (one of :data:`RUNTIMES` but torch) for inputs of
+    ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``; ``calibration``:
+    batches of real inputs for ``openvino-int8``'s activation ranges."""
 
     def __init__(self, model: nn.Module, runtime: str, input_size: tuple[int, int], *, precision: str = "fp32",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, calibration: list[torch.Tensor] | None = None) -> None:
         super().__init__()
         if runtime not in RUNTIMES[1:]:
             raise ConfigError(f"runtime {runtime!r}: choose {', '.join(RUNTIMES[1:])} (torch is the model itself)")
@@ -78,9 +79,9 @@ class RuntimeModel(nn.Module):
         else:
             file = path.with_suffix(".xml")
             export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript")
-            if int8:  # ranges from random inputs: the same kernels and timing, not the accuracy of real data
+            if int8:  # without calibration batches, ranges from random inputs: the same kernels and speed
                 gen = torch.Generator().manual_seed(0)
-                batches = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
+                batches = calibration or [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
                 file = quantize_openvino(file, path.with_name("int8.xml"), batches, transformer=is_transformer(model))
             compiled = openvino_model(file, threads=threads, hint="bf16" if precision == "bf16" else "f32")
             self._run = lambda x: run_openvino(compiled, x)

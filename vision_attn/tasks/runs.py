@@ -21,10 +21,13 @@ from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 
 __all__ = ["Run", "Runtime", "read_run_checkpoint", "task_of", "load_run_weights"]
 
-Runtime = Callable[[nn.Module, tuple[int, int]], Callable[[torch.Tensor], torch.Tensor]]
-"""``runtime(model, (H, W))``: the network ``model`` as another runtime runs it (an onnxruntime or
-OpenVINO export, for example), a callable on (B, 3, H, W) float32 batches with the model's outputs;
-prediction takes one in place of the PyTorch model (``--runtime``)."""
+Runtime = Callable[[nn.Module, tuple[int, int], Callable[[], list[torch.Tensor]] | None],
+                   Callable[[torch.Tensor], torch.Tensor]]
+"""``runtime(model, (H, W), calibration)``: the network ``model`` as another runtime runs it (an
+onnxruntime or OpenVINO export, its INT8 model), a callable on (B, 3, H, W) float32 batches with the
+model's outputs; ``calibration()`` gives batches of the task's own data through its evaluation
+pipeline, for a runtime that calibrates (None where the task has no data). Prediction and evaluation
+take one in place of the PyTorch model (``--runtime``)."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, resolve_root, scan_folder
+from vision_attn.data.calibration import folder_calibration
 from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.plots import draw_caption
@@ -76,11 +77,14 @@ def accuracy_report(confusion: torch.Tensor, classes: Sequence[str]) -> dict[str
 
 @torch.no_grad()
 def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, *, batch_size: int = 64,
-                        num_workers: int = 0) -> dict[str, Any]:
+                        num_workers: int = 0, runtime: Runtime | None = None) -> dict[str, Any]:
     """Top-1, top-5 and per-class accuracy of a run's checkpoint on ``data``: the ``val/`` folder of a
     root that has one (``demo:digits`` included), else the class folders of ``data`` itself; its class
-    names must be among the checkpoint's."""
+    names must be among the checkpoint's. ``runtime``: the network run there (calibrated, where it
+    calibrates, on 256 of ``data``'s training images)."""
     clf = load_classifier(checkpoint)
+    network = None if runtime is None else runtime(
+        clf.model, clf.img_size, lambda: folder_calibration(data, clf.transform, clf.classes, images=256))
     root = resolve_root(data)
     folder = root / "val" if (root / "val").is_dir() else root
     scan = scan_folder(folder, classes=clf.classes, role="eval")
@@ -91,7 +95,7 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     confusion = torch.zeros(n, n, dtype=torch.int64)
     top5 = 0
     for x, y in loader:
-        logits = clf.model(x)
+        logits = (network or clf.model)(x)
         pred = logits.argmax(dim=-1)
         confusion += torch.bincount(y * n + pred, minlength=n * n).reshape(n, n)
         top5 += int((logits.topk(k, dim=-1).indices == y[:, None]).any(dim=-1).sum())
@@ -119,7 +123,7 @@ def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.Path
     ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``. ``runtime``: run the
     network there instead of in PyTorch."""
     clf = load_classifier(checkpoint)
-    network = None if runtime is None else runtime(clf.model, clf.img_size)
+    network = None if runtime is None else runtime(clf.model, clf.img_size, None)
     paths = image_paths(images)
     k = max(1, min(top_k, len(clf.classes)))
     results = []
@@ -138,7 +142,7 @@ def predict_classification_video(checkpoint: str | os.PathLike, reader: FrameRea
     frame (``{"frame", "time", "top"}``); see :func:`~vision_attn.tasks.stream.predict_stream`.
     ``runtime``: as in :func:`predict_images`."""
     clf = load_classifier(checkpoint)
-    network = None if runtime is None else runtime(clf.model, clf.img_size)
+    network = None if runtime is None else runtime(clf.model, clf.img_size, None)
     k = max(1, min(top_k, len(clf.classes)))
     return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k, network),
                           draw=lambda frame, top: draw_caption(frame, [f"{t['label']} {t['prob']:.2f}" for t in top]),

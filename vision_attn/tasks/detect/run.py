@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, image_paths, open_detection
+from vision_attn.data.calibration import detection_calibration
 from vision_attn.data.video import FrameReader
 from vision_attn.data.detection import (DetectionDataset, DetectionRecord, DetectionStats, collate_detection,
                                        read_image)
@@ -172,21 +173,25 @@ def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: i
 
 def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
                       fmt: str = "auto", batch_size: int = 32, num_workers: int = 0, conf: float = 0.001,
-                      iou: float = 0.7, max_det: int = 300, backend: str = "faster") -> dict[str, Any]:
+                      iou: float = 0.7, max_det: int = 300, backend: str = "faster",
+                      runtime: Runtime | None = None) -> dict[str, Any]:
     """COCO mAP@[.5:.95], mAP@.5 and per-class AP of a run's checkpoint on the ``split`` of ``data``
     (``demo:digit-boxes``, a YOLO data YAML or a COCO folder); its classes must be the checkpoint's.
-    ``backend``: ``faster`` (faster-coco-eval) or ``pycocotools``, the same numbers."""
+    ``backend``: ``faster`` (faster-coco-eval) or ``pycocotools``, the same numbers. ``runtime``: the
+    network run there (calibrated, where it calibrates, on 128 of ``data``'s training images)."""
     det = load_detector(checkpoint)
+    network = None if runtime is None else runtime(
+        det.model, det.img_size, lambda: detection_calibration(data, det.img_size[0], images=128))
     dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(det.img_size[0]))
     if list(dataset.names) != det.classes:
         raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
                         f"{det.classes}; evaluate on data with the same classes in the same order")
     dets = _run(det, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
-                multi_label=True)
+                multi_label=True, network=network)
     report = coco_map(dataset.ground_truth(), dets, names=dataset.names, category_ids=dataset.category_ids,
                       backend=backend)
     return {"checkpoint": str(checkpoint), "data": str(data), "split": split, "images": len(dataset),
-            "map": float(report.map), "map50": float(report.map50), "per_class": report.as_dict()["per_class"],
+            "detections": sum(len(d["scores"]) for d in dets), "map": float(report.map), "map50": float(report.map50), "per_class": report.as_dict()["per_class"],
             "table": report.table()}
 
 
@@ -196,7 +201,7 @@ def _predictor(checkpoint: str | os.PathLike, runtime: Runtime | None
     with ``runtime``, its network in that runtime, for square inputs of the run's image size."""
     det = load_detector(checkpoint)
     fuse_conv_bn(det.model)
-    return det, None if runtime is None else runtime(det.model, det.img_size)
+    return det, None if runtime is None else runtime(det.model, det.img_size, None)
 
 
 def _stride(det: Run) -> int:

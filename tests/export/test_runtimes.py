@@ -1,0 +1,37 @@
+"""`eval --runtime`: a run's network exported to onnxruntime or OpenVINO (FP32 and INT8) and evaluated
+there, with the same accuracy as PyTorch in FP32 and NNCF's INT8 calibrated on the data's own images."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.checkpoints import classifier_checkpoint, yolo_checkpoint
+from vision_attn.cli import main
+from vision_attn.data import DigitBoxesConfig, write_digit_boxes
+
+
+def _eval(capsys, *args: str) -> dict:
+    assert main(["eval", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_eval_cls_in_every_runtime(tmp_path, capsys):
+    ckpt = str(classifier_checkpoint(tmp_path / "best.ckpt"))
+    reports = {rt: _eval(capsys, "cls", "--checkpoint", ckpt, "--data", "demo:digits", "--runtime", rt)
+               for rt in ("torch", "onnxruntime", "openvino", "openvino-int8")}
+    assert reports["torch"]["images"] == 359 and reports["torch"]["top1"] > 0  # an untrained ViT: about 1 in 10
+    for rt in ("onnxruntime", "openvino"):  # FP32 elsewhere: the same predictions
+        assert reports[rt]["confusion"] == reports["torch"]["confusion"] and reports[rt]["runtime"] == rt
+    assert abs(reports["openvino-int8"]["top1"] - reports["torch"]["top1"]) < 0.05
+
+
+def test_eval_det_in_openvino_gives_pytorchs_map(tmp_path, capsys):
+    data = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=8, seed=3))
+    ckpt = str(yolo_checkpoint(tmp_path / "best.ckpt", img_size=64, names=[str(i) for i in range(10)]))
+    torch_report, ov, ov8 = (_eval(capsys, "det", "--checkpoint", ckpt, "--data", str(data), "--runtime", rt)
+                             for rt in ("torch", "openvino", "openvino-int8"))
+    assert ov["runtime"] == "openvino" and torch_report["detections"] > 0  # random weights: boxes, no hits
+    assert ov["detections"] == pytest.approx(torch_report["detections"], rel=0.01)  # scores near --conf may flip
+    assert ov["map50"] == pytest.approx(torch_report["map50"], abs=1e-3)
+    assert 0 <= ov8["map50"] <= 1 and ov8["images"] == torch_report["images"] == 8

@@ -1,0 +1,44 @@
+"""``--runtime`` of ``predict`` and ``eval``: the run's network exported and run by another runtime.
+
+:func:`add_runtime_argument` adds the option; :func:`runtime_of` gives the
+:data:`~vision_attn.tasks.runs.Runtime` factory the task functions take (None for PyTorch itself),
+an :class:`~vision_attn.export.runtimes.RuntimeModel` with this process's threads. ``openvino-int8``
+is calibrated on the batches the task gives (``eval``: the data's training images through the run's
+evaluation pipeline), or on random inputs where it has none (``predict``: the speed of INT8, not its
+accuracy).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from vision_attn.tasks.runs import Runtime
+
+CHOICES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
+
+
+def add_runtime_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", choices=CHOICES, default="torch",
+                   help="run the network in PyTorch (default), or exported to onnxruntime or OpenVINO (FP32), or "
+                   "their INT8 models (onnxruntime-int8: dynamic; openvino-int8: NNCF's static INT8, calibrated on "
+                   "the data's training images where the command has --data); the export is made in a temporary "
+                   "folder and its inputs are squares of the run's image size")
+
+
+def runtime_of(args: argparse.Namespace) -> Runtime | None:
+    """The factory for ``args.runtime`` (None: PyTorch itself)."""
+    if args.runtime == "torch":
+        return None
+    import torch
+
+    from vision_attn.export.runtimes import RuntimeModel
+
+    def build(model: torch.nn.Module, hw: tuple[int, int],
+              calibration: Callable[[], list[torch.Tensor]] | None) -> RuntimeModel:
+        batches = calibration() if calibration is not None and args.runtime == "openvino-int8" else None
+        return RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads(), calibration=batches)
+
+    return build
