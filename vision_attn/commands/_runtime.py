@@ -4,8 +4,7 @@
 :data:`~vision_attn.tasks.runs.Runtime` factory the task functions take (None for PyTorch itself),
 an :class:`~vision_attn.export.runtimes.RuntimeModel` with this process's threads. ``openvino-int8``
 is calibrated on the batches the task gives (``eval``: the data's training images through the run's
-evaluation pipeline), or on random inputs where it has none (``predict``: the speed of INT8, not its
-accuracy).
+evaluation pipeline); ``predict``, which has no such data, does not offer it.
 """
 from __future__ import annotations
 
@@ -20,12 +19,16 @@ if TYPE_CHECKING:
 CHOICES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
 
 
-def add_runtime_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runtime", choices=CHOICES, default="torch",
-                   help="run the network in PyTorch (default), or exported to onnxruntime or OpenVINO (FP32), or "
-                   "their INT8 models (onnxruntime-int8: dynamic; openvino-int8: NNCF's static INT8, calibrated on "
-                   "the data's training images where the command has --data); the export is made in a temporary "
-                   "folder and its inputs are squares of the run's image size")
+def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> None:
+    """``--runtime``; ``calibrates``: the command has data to calibrate ``openvino-int8`` on (``eval``),
+    else that choice is not offered (``predict``: an INT8 model calibrated on random inputs would
+    predict badly)."""
+    choices = CHOICES if calibrates else tuple(c for c in CHOICES if c != "openvino-int8")
+    int8 = ("onnxruntime-int8 (dynamic) or openvino-int8 (NNCF's static INT8, calibrated on the data's training "
+            "images)") if calibrates else "onnxruntime-int8 (dynamic INT8)"
+    p.add_argument("--runtime", choices=choices, default="torch",
+                   help=f"run the network in PyTorch (default), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
+                   "the export is made in a temporary folder and its inputs are squares of the run's image size")
 
 
 def runtime_of(args: argparse.Namespace) -> Runtime | None:

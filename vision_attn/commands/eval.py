@@ -72,5 +72,5 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    add_runtime_argument(p)
+    add_runtime_argument(p, calibrates=True)
     p.set_defaults(func=_cmd_eval)

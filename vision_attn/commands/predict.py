@@ -95,7 +95,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--iou", type=float, default=0.7, help="det: IoU of non-maximum suppression (default 0.7)")
     p.add_argument("--batch-size", type=int, default=None, help="images per batch (default 32; video frames: 8)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    add_runtime_argument(p)
+    add_runtime_argument(p, calibrates=False)
     p.add_argument("--frames", action="store_true", help="the images (files and folders, in name order) are the "
                    "frames of one video: write an annotated video and a JSON Lines file")
     p.add_argument("--fps", type=float, default=30.0, help="video: frame rate of the output where the source has "
