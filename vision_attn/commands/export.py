@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from vision_attn.commands import ImgSize
 from vision_attn.errors import ConfigError
+from vision_attn.io.atomic import output_folder
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,19 +25,12 @@ def _deployable(args: argparse.Namespace, console: Console, what: str):
 
     if args.output is None:
         raise ConfigError(f"export {args.format}: say where to write {what} with -o {what}")
-    _check_folder(args.output)
+    output_folder(os.path.abspath(args.output), label=f"-o {args.output}")
     dep = load_deployable(model=args.model, checkpoint=args.checkpoint, yaml=args.yaml, scale=args.scale,
                           img_size=args.img_size)
     for note in dep.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     return dep
-
-
-def _check_folder(output: str) -> str:
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"-o {output}: the folder {folder} does not exist; create it first (nothing was written)")
-    return folder
 
 
 def _print_parity(report, console: Console, runtime: str = "onnxruntime") -> None:

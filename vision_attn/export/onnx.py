@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.io.atomic import write_onnx
+from vision_attn.io.atomic import output_folder, write_onnx
 
 __all__ = ["OnnxExport", "export_onnx", "onnx_session", "run_onnx", "graph_ops", "DEFAULT_OPSET"]
 
@@ -134,9 +134,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, input_size: tuple[int
     inside the one file. Raises :class:`ConfigError` for a missing folder, an opset that is too old or
     an exporter failure; nothing is left at ``path`` (or beside it) then."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigError(f"-o {path}: the folder {folder} does not exist; create it first (nothing was written)")
+    output_folder(path)
     import onnx
 
     if not 7 <= opset <= onnx.defs.onnx_opset_version():

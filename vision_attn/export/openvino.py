@@ -22,9 +22,10 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx
-from vision_attn.io.atomic import atomic_write
+from vision_attn.export.signal_stack import kept_signal_stack
+from vision_attn.io.atomic import atomic_write, output_folder
 
-__all__ = ["OpenVinoExport", "export_openvino", "openvino_model", "run_openvino", "require_openvino", "save_ir"]
+__all__ = ["OpenVinoExport", "export_openvino", "ir_path", "openvino_model", "run_openvino", "require_openvino", "save_ir"]
 
 Precision = Literal["fp32", "fp16"]
 Hint = Literal["f32", "bf16", "f16"]
@@ -51,20 +52,24 @@ class OpenVinoExport:
     seconds: float
 
 
+def ir_path(path: str | os.PathLike) -> Path:
+    """``path`` as the .xml file of an IR to be written (its weights go to the .bin beside it)."""
+    path = Path(path)
+    if path.suffix != ".xml":
+        raise ConfigError(f"-o {path}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
+    return path
+
+
 def export_openvino(model: nn.Module, path: str | os.PathLike, input_size: tuple[int, int], *,
                     dynamic_batch: bool = False, precision: Precision = "fp32", opset: int = DEFAULT_OPSET,
                     exporter: Exporter = "dynamo", output_names: tuple[str, ...] = ("output",)) -> OpenVinoExport:
     """``model`` as OpenVINO IR at ``path`` (``.xml``; the weights in the ``.bin`` beside it), converted
     from its ONNX export (same arguments as :func:`export_onnx`)."""
     ov = require_openvino()
-    path = Path(path)
-    if path.suffix != ".xml":
-        raise ConfigError(f"-o {path}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
+    path = ir_path(path)
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"precision={precision!r}: choose fp32 or fp16")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigError(f"-o {path}: the folder {folder} does not exist; create it first (nothing was written)")
+    folder = output_folder(path)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".{path.stem}.") as tmp:
         onnx_file = Path(tmp) / "model.onnx"
@@ -95,8 +100,9 @@ def openvino_model(path: str | os.PathLike, *, threads: int | None = None, hint:
     if hint not in ("f32", "bf16", "f16"):
         raise ConfigError(f"precision hint {hint!r}: choose f32, bf16 or f16")
     core = ov.Core()
-    return core.compile_model(core.read_model(str(path)), "CPU", {
-        "INFERENCE_NUM_THREADS": threads or torch.get_num_threads(), "INFERENCE_PRECISION_HINT": hint})
+    with kept_signal_stack():  # the CPU plugin this creates swaps the thread's signal stack
+        return core.compile_model(core.read_model(str(path)), "CPU", {
+            "INFERENCE_NUM_THREADS": threads or torch.get_num_threads(), "INFERENCE_PRECISION_HINT": hint})
 
 
 def run_openvino(compiled: Any, x: torch.Tensor) -> torch.Tensor:

@@ -40,9 +40,11 @@ from vision_attn.data import ImageFolder, eval_transforms, scan_folder
 from vision_attn.data.calibration import folder_calibration, labelled_folder
 from vision_attn.errors import ConfigError, DataError, ExportError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
-from vision_attn.export.openvino import export_openvino, openvino_model, require_openvino, run_openvino, save_ir
+from vision_attn.export.openvino import (export_openvino, ir_path, openvino_model, require_openvino, run_openvino,
+                                         save_ir)
+from vision_attn.export.signal_stack import kept_signal_stack
 from vision_attn.export.source import Deployable
-from vision_attn.io.atomic import write_onnx
+from vision_attn.io.atomic import output_folder, write_onnx
 from vision_attn.kernels import FusedLinear
 from vision_attn.layers.window_attention import WindowAttention
 
@@ -56,8 +58,7 @@ def _quantized(src: Path, dst: Path, kind: str, quantize: Callable[[str], None])
     one ExportError line."""
     if not src.is_file():
         raise ConfigError(f"{src}: no such ONNX file")
-    if not dst.parent.is_dir():
-        raise ConfigError(f"-o {dst}: the folder {dst.parent} does not exist; create it first (nothing was written)")
+    output_folder(dst)
 
     def write(tmp: str) -> None:
         root = logging.getLogger()
@@ -136,17 +137,16 @@ def quantize_openvino(src: str | os.PathLike, dst: str | os.PathLike, batches: l
     (a fraction, absolute) of the FP32 model's."""
     ov = require_openvino()
     nncf = _require_nncf()
+    dst = ir_path(dst)
+    output_folder(dst)
     if not batches:
         raise ConfigError("OpenVINO INT8 needs calibration images: give --data (a labelled folder or demo:digits)")
     nncf.set_log_level(logging.ERROR)  # its progress bars and notes are not ours to print
     model = ov.Core().read_model(str(src))
     calibration = nncf.Dataset([b.numpy() for b in batches])
     options = {"subset_size": len(batches), "model_type": nncf.ModelType.TRANSFORMER if transformer else None}
-    with contextlib.redirect_stdout(io.StringIO()):  # NNCF's progress bars (rich, on stdout)
+    with contextlib.redirect_stdout(io.StringIO()), kept_signal_stack():  # progress bars (rich); NNCF's CPU plugins
         quantized = _nncf_quantize(nncf, model, calibration, options, validation)
-    dst = Path(dst)
-    if dst.suffix != ".xml":
-        raise ConfigError(f"-o {dst}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
     save_ir(quantized, dst)
     return dst
 
@@ -264,21 +264,27 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
     mode against ``data``'s val folder."""
     if runtime not in ("onnxruntime", "openvino"):
         raise ConfigError(f"--runtime {runtime!r}: choose onnxruntime or openvino")
-    if runtime == "openvino":
-        return _quantize_openvino_and_compare(dep, output, fp32_output=fp32_output, data=data, batch=batch,
-                                              rounds=rounds, opset=opset, exporter=exporter,
-                                              calibration_images=calibration_images, max_drop=max_drop)
-    if max_drop is not None:
+    openvino = runtime == "openvino"
+    if openvino:
+        require_openvino()
+        _require_nncf()
+        if data is None:
+            raise ConfigError("--runtime openvino quantizes statically, calibrated on the run's own images: give "
+                              "--data (the training data root, e.g. demo:digits)")
+    elif max_drop is not None:
         raise ConfigError("--max-drop is NNCF's accuracy-aware quantization: add --runtime openvino")
-    if static and data is None:
+    elif static and data is None:
         raise ConfigError("--static calibrates on the run's own images: give --data (the training data root, "
                           "e.g. demo:digits)")
     if data is not None and dep.classes is None:
         raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
                           "folder's classes to outputs)")
-    folder = Path(output).parent
-    if not folder.is_dir():
-        raise ConfigError(f"-o {output}: the folder {folder} does not exist; create it first (nothing was written)")
+    output = ir_path(output) if openvino else Path(output)
+    folder = output_folder(output)
+    if openvino:
+        return _quantize_openvino_and_compare(dep, output, fp32_output=fp32_output, data=data, batch=batch,
+                                              rounds=rounds, opset=opset, exporter=exporter,
+                                              calibration_images=calibration_images, max_drop=max_drop)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".fp32-") as tmp:
         fp32_path = Path(fp32_output) if fp32_output else Path(tmp) / "model.onnx"
         export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
@@ -299,24 +305,10 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
     return report
 
 
-def _quantize_openvino_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None,
-                                   data: str | os.PathLike | None, batch: int, rounds: int, opset: int,
-                                   exporter: Exporter, calibration_images: int,
-                                   max_drop: float | None) -> QuantizeReport:
-    require_openvino()
-    _require_nncf()
-    if data is None:
-        raise ConfigError("--runtime openvino quantizes statically, calibrated on the run's own images: give --data "
-                          "(the training data root, e.g. demo:digits)")
-    if dep.classes is None:
-        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
-                          "folder's classes to outputs)")
-    output = Path(output)
-    if output.suffix != ".xml":
-        raise ConfigError(f"-o {output}: an OpenVINO model is an .xml file (its weights go to the .bin beside it)")
-    if not output.parent.is_dir():
-        raise ConfigError(f"-o {output}: the folder {output.parent} does not exist; create it first (nothing was "
-                          "written)")
+def _quantize_openvino_and_compare(dep: Deployable, output: Path, *, fp32_output: str | os.PathLike | None,
+                                   data: str | os.PathLike, batch: int, rounds: int, opset: int, exporter: Exporter,
+                                   calibration_images: int, max_drop: float | None) -> QuantizeReport:
+    """:func:`quantize_and_compare` in OpenVINO, its arguments checked there."""
     transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fp32-") as tmp:
         fp32_path = Path(fp32_output) if fp32_output else Path(tmp) / "model.xml"

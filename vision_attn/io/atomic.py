@@ -22,7 +22,7 @@ from vision_attn.errors import CheckpointError, ConfigError, VisionAttnError, Wr
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["atomic_write", "PendingFile", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
+__all__ = ["atomic_write", "PendingFile", "output_folder", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
            "write_onnx"]
 
 PathLike = str | os.PathLike
@@ -71,6 +71,18 @@ def _is_write_failure(e: BaseException) -> bool:
         "inline_container" in text or "PytorchStreamWriter" in text))
 
 
+def output_folder(path: PathLike, *, label: str | None = None,
+                  error: type[VisionAttnError] = ConfigError) -> Path:
+    """The folder ``path`` is to be written in, which must exist: else ``error`` naming ``label``
+    (default ``-o PATH``, the option that gave it) and the folder."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        label = f"-o {path}" if label is None else label
+        raise error(f"{label}: the folder {folder} does not exist; create it first (nothing was written)")
+    return folder
+
+
 class PendingFile:
     """A temporary file beside ``path`` for a writer that writes over time (a video, a JSON Lines file):
     write to ``tmp``, then :meth:`commit` renames it to ``path`` or :meth:`abort` removes it (and the
@@ -83,8 +95,8 @@ class PendingFile:
         try:
             if mkdir:
                 folder.mkdir(parents=True, exist_ok=True)
-            elif not folder.is_dir():
-                raise error(f"{self.path}: the folder {folder} does not exist; create it first (nothing was written)")
+            else:
+                output_folder(self.path, label=str(self.path), error=error)
             fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=suffix)
         except OSError as e:
             raise WriteError(f"{write_failure(self.path, e)}; nothing was written") from None

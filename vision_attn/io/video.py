@@ -7,6 +7,7 @@ finds the finished file or none. Videos are written by OpenCV: ``.mp4`` as MPEG-
 """
 from __future__ import annotations
 
+import abc
 import json
 import os
 from pathlib import Path
@@ -23,13 +24,14 @@ __all__ = ["VideoWriter", "JsonLinesWriter", "VIDEO_CODECS"]
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG"}
 
 
-class _Pending:
+class _Pending(abc.ABC):
     """The commit/abort life of one pending file, and the ``with`` protocol (abort on an exception)."""
 
     pending: PendingFile
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError  # pragma: no cover - each writer closes its own handle
+        """Close the writer's own handle (idempotent: :meth:`abort` may follow a failed commit)."""
 
     def commit(self) -> Path:
         """Finish the file and rename it to its target."""

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, resolve_root, scan_folder
-from vision_attn.data.calibration import folder_calibration
+from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, scan_folder
+from vision_attn.data.calibration import folder_calibration, labelled_folder
 from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.plots import draw_caption
@@ -85,8 +85,7 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     clf = load_classifier(checkpoint)
     network = None if runtime is None else runtime(
         clf.model, clf.img_size, lambda: folder_calibration(data, clf.transform, clf.classes, images=256))
-    root = resolve_root(data)
-    folder = root / "val" if (root / "val").is_dir() else root
+    folder = labelled_folder(data, "val")
     scan = scan_folder(folder, classes=clf.classes, role="eval")
     loader = DataLoader(ImageFolder(scan.samples, clf.classes, clf.transform), batch_size=batch_size,
                         num_workers=num_workers)
