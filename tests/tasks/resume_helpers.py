@@ -27,6 +27,17 @@ def command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "vision_attn.cli", *args]
 
 
+def train_here(args: list[str], capsys) -> str:  # noqa: ANN001 - pytest's capsys fixture
+    """The command run to its end in this process (no interpreter start-up to pay); its stdout."""
+    from vision_attn.cli import main
+
+    capsys.readouterr()
+    status = main(args)
+    out, err = capsys.readouterr()
+    assert status == 0, err[-3000:]
+    return out
+
+
 def run_to_end(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run(command(args), env=env(), cwd=cwd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,16 +1,20 @@
 """Issue 20: a run stopped at any step (SIGKILL, SIGTERM) and resumed with `--resume true` ends with the
 weights (max difference 0.0), metrics, CSV log and TensorBoard scalars of the uninterrupted run with
 the same seed. Through the command line, as separate processes; the kill steps are drawn from seeded
-generators (one before the first validation, one in the middle of a later epoch)."""
+generators (one before the first validation, one in the middle of a later epoch). The runs that are
+stopped are processes of their own; the uninterrupted references and the last resumes of one process
+run in the test's process (the same plan, threads and seed: their weights must match to the bit)."""
 import json
 import random
 import re
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from tests.folders import make_folder
-from tests.tasks.resume_helpers import assert_same_run, progress_step, run_to_end, stop_at
+from tests.tasks.resume_helpers import assert_same_run, env, progress_step, run_to_end, stop_at, train_here
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 
@@ -38,7 +42,7 @@ def test_classification_stopped_four_ways_resumes_to_the_uninterrupted_run(tmp_p
     from previous.ckpt; SIGKILL in the middle of epoch 1; a resume with a loader worker stopped by
     SIGTERM in the middle of epoch 2 (message, status 75, resumed from that step); the last resume."""
     root = make_folder(tmp_path / "data", n_train=16, n_val=4)
-    run_to_end(_cls_args(tmp_path / "runs", root, "reference"), tmp_path)
+    train_here(_cls_args(tmp_path / "runs", root, "reference"), capsys)
     rng = random.Random(seed)
     first, second = rng.randint(1, STEPS_PER_EPOCH - 2), rng.randint(STEPS_PER_EPOCH + 1, 2 * STEPS_PER_EPOCH - 2)
     third = rng.randint(2 * STEPS_PER_EPOCH + 1, 3 * STEPS_PER_EPOCH - 2)
@@ -73,8 +77,8 @@ def test_classification_stopped_four_ways_resumes_to_the_uninterrupted_run(tmp_p
     step = int(m.group(1))
     assert m.group(3) == str(run / "last.ckpt") and progress_step(run) == step and step % STEPS_PER_EPOCH
 
-    resumed = run_to_end(args + ["--resume", "true"], tmp_path)
-    assert f"at step {step} (epoch {m.group(2)})" in " ".join(resumed.stdout.split())  # the progress line
+    resumed = train_here(args + ["--resume", "true"], capsys)
+    assert f"at step {step} (epoch {m.group(2)})" in " ".join(resumed.split())  # the progress line
     metrics = json.loads((run / "metrics.json").read_text())
     assert [r["step"] for r in metrics["resumes"]] == [at - 1, later, step]  # previous.ckpt: the step before
     assert_same_run(tmp_path / "runs" / "reference", run, CLS_METRICS)
@@ -105,7 +109,7 @@ threads: 1
 """
 
 
-def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path, request):
+def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path, request, capsys):
     """YOLO26n (an end-to-end head: the loss's one-to-many gain decays per epoch) with mosaic closed for
     the last epoch: stopped by SIGKILL in the first epoch, then by SIGTERM in the closed-mosaic one."""
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
@@ -115,7 +119,7 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     def args(name):
         return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
 
-    run_to_end(args("reference"), tmp_path)
+    train_here(args("reference"), capsys)
     run = tmp_path / "runs" / "killed"
     rng = random.Random(1)
     killed = stop_at(args("killed"), tmp_path, run, rng.randint(1, 2), signal.SIGKILL)
@@ -123,17 +127,36 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     stopped = stop_at(args("killed") + ["--resume", "true"], tmp_path, run, 4, signal.SIGTERM)
     assert stopped.returncode == 75 and STOP_LINE.fullmatch(stopped.stderr.strip().splitlines()[-1]), stopped.stderr
     assert 4 <= progress_step(run) < 6  # epoch 1, the last: the mosaic is closed
-    run_to_end(args("killed") + ["--resume", "true"], tmp_path)
+    train_here(args("killed") + ["--resume", "true"], capsys)
     assert_same_run(tmp_path / "runs" / "reference", run, ("val_map", "val_map50", "train_loss", "best_val_map"))
+
+
+DDP_SCRIPT = """
+import sys
+from vision_attn.tasks import train_classifier
+
+if __name__ == "__main__":  # Lightning starts the second process by running this script again
+    train_classifier(sys.argv[1:])
+"""
 
 
 def test_two_process_ddp_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_run(tmp_path):
     """DDP on the CPU (gloo): each process reads its share of an order fixed by (seed, epoch); both are
-    killed in the middle of epoch 1 and resume from the same batch with their own random streams."""
+    killed in the middle of epoch 1 and resume from the same batch with their own random streams. The
+    uninterrupted reference is a user's script that calls train_classifier (Lightning runs the script
+    again for the second process); the stopped and resumed runs are `vision-attn train cls`."""
     tmp, root = tmp_path, make_folder(tmp_path / "data", n_train=16, n_val=4)
     runs = tmp / "runs_ddp"
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "2"]
-    run_to_end(_cls_args(runs, root, "reference") + ddp, tmp)
+    script = tmp / "ddp_train.py"
+    script.write_text(DDP_SCRIPT)
+    reference = subprocess.run([sys.executable, str(script), *_cls_args(runs, root, "reference")[2:], *ddp],
+                               env=env(), cwd=tmp, capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    m = json.loads((runs / "reference" / "metrics.json").read_text())
+    assert m["world_size"] == 2 and m["devices"] == 2 and m["epochs"] == 2
+    assert m["global_step"] == 2 * STEPS_PER_EPOCH // 2  # each process takes half of every epoch
+    assert m["val_images"] == 12 and (runs / "reference" / "best.ckpt").is_file()
     run = runs / "killed"
     args = _cls_args(runs, root, "killed") + ddp
     half = STEPS_PER_EPOCH // 2  # 3 steps an epoch per process
