@@ -17,7 +17,7 @@ from vision_attn.export import export_onnx  # noqa: E402
 from vision_attn.export.quantize import onnx_predictor, quantize_onnx, quantize_torch  # noqa: E402
 from vision_attn.kernels import FusedLinear  # noqa: E402
 from vision_attn.layers.window_attention import WindowAttention  # noqa: E402
-from tests.checkpoints import classifier_checkpoint  # noqa: E402
+from tests.checkpoints import classifier_checkpoint, yolo_checkpoint  # noqa: E402
 
 KW = {"img_size": 16, "patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2, "num_classes": 10}
 
@@ -71,7 +71,7 @@ def test_cli_quantize_reports_accuracy_and_latency(tmp_path, capsys):
 def test_cli_quantize_data_needs_a_run(tmp_path, capsys):
     assert main(["export", "quantize", "--model", "vit_tiny_patch16_224", "--data", "demo:digits",
                  "-o", str(tmp_path / "q.onnx")]) == 2
-    assert "--data needs a trained classifier" in capsys.readouterr().err
+    assert "--data needs a trained run" in capsys.readouterr().err
 
 
 def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tmp_path, capsys):
@@ -92,6 +92,37 @@ def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tm
     assert torch.nn.functional.cosine_similarity(a, b, dim=1).min() > 0.9
     assert main(["export", "quantize", "--checkpoint", str(ckpt), "--static", "-o", str(tmp_path / "q.onnx")]) == 2
     assert "--static calibrates on the run's own images: give --data" in capsys.readouterr().err
+
+
+def test_static_int8_of_a_detector_is_calibrated_on_its_detection_set(tmp_path, capsys):
+    """A detection run: the calibration images are the detection set's training images, letterboxed to
+    the run's square; every convolution is quantized; its boxes stay those of FP32 (cosine over the raw
+    head output); the mAP of each precision is `eval det --runtime`'s, which the command says."""
+    from vision_attn.data import DigitBoxesConfig, write_digit_boxes
+    from vision_attn.export import graph_ops, onnx_session, run_onnx
+
+    data = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=4, seed=3))
+    ckpt = yolo_checkpoint(tmp_path / "best.ckpt", img_size=64, names=[str(i) for i in range(10)])
+    out, fp32 = tmp_path / "det.qdq.onnx", tmp_path / "det.onnx"
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", str(data), "--static",
+                 "--calibration-images", "16", "--exporter", "torchscript", "--rounds", "2", "-o", str(out),
+                 "--fp32-output", str(fp32)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "static INT8, calibrated on 16 images" in text and "top-1" not in text
+    assert f"eval det --checkpoint {ckpt} --data {data} --runtime onnxruntime-qdq" in text
+    import onnx
+
+    def count(path, op):
+        return sum(n.op_type == op for n in onnx.load(str(path)).graph.node)
+
+    assert "QuantizeLinear" in graph_ops(out)[1]
+    assert count(out, "DequantizeLinear") >= 2 * count(fp32, "Conv")  # each convolution's weight and input
+    x = torch.rand(2, 3, 64, 64)
+    a, b = (run_onnx(onnx_session(p), x)[0] for p in (fp32, out))
+    assert torch.nn.functional.cosine_similarity(a.flatten(1), b.flatten(1), dim=1).min() > 0.99
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--data", str(data), "--static", "--max-drop", "1",
+                 "--runtime", "openvino", "-o", str(tmp_path / "q.xml")]) == 2
+    assert "--max-drop bounds the drop of a classifier's top-1" in capsys.readouterr().err
 
 
 def test_openvino_int8_is_nncf_calibrated_on_the_runs_data_with_an_accuracy_aware_option(tmp_path, capsys):

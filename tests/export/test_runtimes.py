@@ -19,19 +19,21 @@ def _eval(capsys, *args: str) -> dict:
 def test_eval_cls_in_every_runtime(tmp_path, capsys):
     ckpt = str(classifier_checkpoint(tmp_path / "best.ckpt"))
     reports = {rt: _eval(capsys, "cls", "--checkpoint", ckpt, "--data", "demo:digits", "--runtime", rt)
-               for rt in ("torch", "onnxruntime", "openvino", "openvino-int8")}
+               for rt in ("torch", "onnxruntime", "openvino", "onnxruntime-qdq", "openvino-int8")}
     assert reports["torch"]["images"] == 359 and reports["torch"]["top1"] > 0  # an untrained ViT: about 1 in 10
     for rt in ("onnxruntime", "openvino"):  # FP32 elsewhere: the same predictions
         assert reports[rt]["confusion"] == reports["torch"]["confusion"] and reports[rt]["runtime"] == rt
-    assert abs(reports["openvino-int8"]["top1"] - reports["torch"]["top1"]) < 0.05
+    for rt in ("onnxruntime-qdq", "openvino-int8"):  # static INT8, calibrated on the digits' training images
+        assert abs(reports[rt]["top1"] - reports["torch"]["top1"]) < 0.05 and reports[rt]["images"] == 359
 
 
 def test_eval_det_in_openvino_gives_pytorchs_map(tmp_path, capsys):
     data = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=8, seed=3))
     ckpt = str(yolo_checkpoint(tmp_path / "best.ckpt", img_size=64, names=[str(i) for i in range(10)]))
-    torch_report, ov, ov8 = (_eval(capsys, "det", "--checkpoint", ckpt, "--data", str(data), "--runtime", rt)
-                             for rt in ("torch", "openvino", "openvino-int8"))
+    torch_report, ov, ov8, qdq = (_eval(capsys, "det", "--checkpoint", ckpt, "--data", str(data), "--runtime", rt)
+                                  for rt in ("torch", "openvino", "openvino-int8", "onnxruntime-qdq"))
     assert ov["runtime"] == "openvino" and torch_report["detections"] > 0  # random weights: boxes, no hits
     assert ov["detections"] == pytest.approx(torch_report["detections"], rel=0.01)  # scores near --conf may flip
     assert ov["map50"] == pytest.approx(torch_report["map50"], abs=1e-3)
-    assert 0 <= ov8["map50"] <= 1 and ov8["images"] == torch_report["images"] == 8
+    for int8 in (ov8, qdq):
+        assert 0 <= int8["map50"] <= 1 and int8["images"] == torch_report["images"] == 8 and int8["detections"] > 0

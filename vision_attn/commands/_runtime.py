@@ -2,9 +2,10 @@
 
 :func:`add_runtime_argument` adds the option; :func:`runtime_of` gives the
 :data:`~vision_attn.tasks.runs.Runtime` factory the task functions take (None for PyTorch itself),
-an :class:`~vision_attn.export.runtimes.RuntimeModel` with this process's threads. ``openvino-int8``
-is calibrated on the batches the task gives (``eval``: the data's training images through the run's
-evaluation pipeline); ``predict``, which has no such data, does not offer it.
+an :class:`~vision_attn.export.runtimes.RuntimeModel` with this process's threads. The static INT8
+runtimes (``onnxruntime-qdq``, ``openvino-int8``) are calibrated on the batches the task gives
+(``eval``: the data's training images through the run's evaluation pipeline); ``predict``, which has
+no such data, does not offer them.
 """
 from __future__ import annotations
 
@@ -16,16 +17,17 @@ if TYPE_CHECKING:
 
     from vision_attn.tasks.runs import Runtime
 
-CHOICES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
+CHOICES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+CALIBRATED = ("onnxruntime-qdq", "openvino-int8")  # export.runtimes.CALIBRATED, here so --help imports no torch
 
 
 def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> None:
-    """``--runtime``; ``calibrates``: the command has data to calibrate ``openvino-int8`` on (``eval``),
-    else that choice is not offered (``predict``: an INT8 model calibrated on random inputs would
+    """``--runtime``; ``calibrates``: the command has data to calibrate the static INT8 runtimes on
+    (``eval``), else they are not offered (``predict``: an INT8 model calibrated on random inputs would
     predict badly)."""
-    choices = CHOICES if calibrates else tuple(c for c in CHOICES if c != "openvino-int8")
-    int8 = ("onnxruntime-int8 (dynamic) or openvino-int8 (NNCF's static INT8, calibrated on the data's training "
-            "images)") if calibrates else "onnxruntime-int8 (dynamic INT8)"
+    choices = CHOICES if calibrates else tuple(c for c in CHOICES if c not in CALIBRATED)
+    int8 = ("onnxruntime-int8 (dynamic), onnxruntime-qdq (static QDQ) or openvino-int8 (NNCF's static INT8), the "
+            "static ones calibrated on the data's training images") if calibrates else "onnxruntime-int8 (dynamic INT8)"
     p.add_argument("--runtime", choices=choices, default="torch",
                    help=f"run the network in PyTorch (default), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
                    "the export is made in a temporary folder and its inputs are squares of the run's image size")
@@ -41,7 +43,7 @@ def runtime_of(args: argparse.Namespace) -> Runtime | None:
 
     def build(model: torch.nn.Module, hw: tuple[int, int],
               calibration: Callable[[], list[torch.Tensor]] | None) -> RuntimeModel:
-        batches = calibration() if calibration is not None and args.runtime == "openvino-int8" else None
+        batches = calibration() if calibration is not None and args.runtime in CALIBRATED else None
         return RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads(), calibration=batches)
 
     return build

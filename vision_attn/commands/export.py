@@ -197,6 +197,11 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     console.print(f"INT8 model: {args.output} (torch.set_num_threads {torch.get_num_threads()}; "
                   "latency: median over alternating rounds)", markup=False, soft_wrap=True)
+    if dep.kind == "detector" and args.data is not None and args.checkpoint is not None:
+        runtime = "openvino-int8" if args.runtime == "openvino" else "onnxruntime-qdq" if args.static else \
+            "onnxruntime-int8"
+        console.print(f"mAP of each precision: vision-attn eval det --checkpoint {args.checkpoint} --data {args.data} "
+                      f"--runtime {runtime} (and --runtime {args.runtime} for FP32)", markup=False, soft_wrap=True)
     return 0
 
 

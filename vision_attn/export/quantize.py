@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 
 from vision_attn.analysis.benchmark import alternate
 from vision_attn.data import ImageFolder, eval_transforms, scan_folder
-from vision_attn.data.calibration import folder_calibration, labelled_folder
+from vision_attn.data.calibration import detection_calibration, folder_calibration, labelled_folder
 from vision_attn.errors import ConfigError, DataError, ExportError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import (export_openvino, ir_path, openvino_model, require_openvino, run_openvino,
@@ -249,6 +249,14 @@ def _latency_ms(steps: dict[str, Callable[[], object]], batch: int, rounds: int)
     return {k: 1e3 * batch / statistics.median(r[k] for r in rows) for k in steps}
 
 
+def _calibration(dep: Deployable, data: str | os.PathLike, transform: Callable, images: int) -> list[torch.Tensor]:
+    """Calibration batches of ``data``'s training split as ``dep`` sees them: a classifier's through its
+    evaluation transform, a detector's letterboxed to its square input."""
+    if dep.kind == "detector":
+        return detection_calibration(data, dep.input_size[0], images=images)
+    return folder_calibration(data, transform, dep.classes, images=images)
+
+
 def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None = None,
                          data: str | os.PathLike | None = None, batch: int = 8, rounds: int = 10,
                          opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo", static: bool = False,
@@ -256,8 +264,9 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
                          max_drop: float | None = None) -> QuantizeReport:
     """Export ``dep`` to FP32 ONNX (``fp32_output``, else a temporary file beside ``output``), write its
     INT8 version to ``output`` (dynamic; ``static``: calibrated on ``calibration_images`` images of
-    ``data``'s training folder), and measure both: size, latency (alternating rounds, median) and,
-    with ``data`` (a labelled folder, for a trained classifier), top-1 accuracy on its val folder.
+    ``data``'s training split: class folders for a classifier, a detection set for a detector), and
+    measure both: size, latency (alternating rounds, median) and, for a trained classifier with
+    ``data``, top-1 accuracy on its val folder (a detector's mAP: ``eval det --runtime``).
 
     ``runtime="openvino"``: the FP32 model is OpenVINO IR and the INT8 one NNCF's static quantization
     of it (always calibrated; ``output`` an .xml); ``max_drop`` (top-1 points): NNCF's accuracy-aware
@@ -273,12 +282,15 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
                               "--data (the training data root, e.g. demo:digits)")
     elif max_drop is not None:
         raise ConfigError("--max-drop is NNCF's accuracy-aware quantization: add --runtime openvino")
+    if max_drop is not None and dep.kind == "detector":
+        raise ConfigError("--max-drop bounds the drop of a classifier's top-1; for a detector, quantize without it "
+                          "and compare the mAP of both with `eval det --runtime`")
     elif static and data is None:
         raise ConfigError("--static calibrates on the run's own images: give --data (the training data root, "
                           "e.g. demo:digits)")
     if data is not None and dep.classes is None:
-        raise ConfigError("--data needs a trained classifier: give --checkpoint runs/NAME (its class names map the "
-                          "folder's classes to outputs)")
+        raise ConfigError("--data needs a trained run: give --checkpoint runs/NAME (its class names map the data's "
+                          "classes to outputs)")
     output = ir_path(output) if openvino else Path(output)
     folder = output_folder(output)
     if openvino:
@@ -290,8 +302,7 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
         export_onnx(dep.model, fp32_path, dep.input_size, dynamic_batch=True, opset=opset, exporter=exporter)
         transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
         if static:
-            quantize_onnx_static(fp32_path, output, folder_calibration(data, transform, dep.classes,
-                                                                        images=calibration_images))
+            quantize_onnx_static(fp32_path, output, _calibration(dep, data, transform, calibration_images))
         else:
             quantize_onnx(fp32_path, output)
         fp32, int8 = onnx_predictor(fp32_path), onnx_predictor(output)
@@ -299,7 +310,7 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
         ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, batch, rounds)
         report = QuantizeReport(os.path.getsize(fp32_path) / 2**20, os.path.getsize(output) / 2**20, batch,
                                 ms["fp32"], ms["int8"])
-        if data is not None:
+        if data is not None and dep.kind == "classifier":
             report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
             report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
     return report
@@ -319,7 +330,7 @@ def _quantize_openvino_and_compare(dep: Deployable, output: Path, *, fp32_output
             scan = scan_folder(folder, classes=dep.classes, role="eval")
             validation = (list(DataLoader(ImageFolder(scan.samples, dep.classes, transform), batch_size=64)),
                           max_drop / 100)
-        quantize_openvino(fp32_path, output, folder_calibration(data, transform, dep.classes, images=calibration_images),
+        quantize_openvino(fp32_path, output, _calibration(dep, data, transform, calibration_images),
                           transformer=is_transformer(dep.model), validation=validation)
         compiled = {k: openvino_model(p, hint="f32") for k, p in (("fp32", fp32_path), ("int8", output))}
         fp32, int8 = ((lambda x, c=c: run_openvino(c, x)) for c in compiled.values())
@@ -328,6 +339,7 @@ def _quantize_openvino_and_compare(dep: Deployable, output: Path, *, fp32_output
         size = {k: sum(os.path.getsize(p.with_suffix(e)) for e in (".xml", ".bin")) / 2**20
                 for k, p in (("fp32", fp32_path), ("int8", output))}
         report = QuantizeReport(size["fp32"], size["int8"], batch, ms["fp32"], ms["int8"])
-        report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
-        report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+        if dep.kind == "classifier":
+            report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
+            report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
     return report

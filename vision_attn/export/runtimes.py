@@ -7,9 +7,10 @@ its IR, into a temporary folder removed with the object) and its ``forward`` run
 float32 tensor. ``reference`` is the PyTorch module it was exported from: FLOPs are counted on it.
 Precision: ``fp32``; ``bf16`` is OpenVINO's ``bf16`` inference hint (onnxruntime's CPU provider has
 no bfloat16 kernels for these graphs, so it is refused there). ``onnxruntime-int8`` runs the dynamic
-INT8 graph of ``export quantize``; ``openvino-int8`` NNCF's static INT8 IR, its ranges calibrated on
-random inputs (the same kernels and speed as a model calibrated on real images; for its accuracy,
-``export quantize --runtime openvino --data``).
+INT8 graph of ``export quantize``; ``onnxruntime-qdq`` onnxruntime's static INT8 (QDQ, ``export
+quantize --static``) and ``openvino-int8`` NNCF's static INT8 IR, both with activation ranges
+calibrated on the ``calibration`` batches (``eval``: the data's training images), else on random
+inputs (the same kernels and speed as a model calibrated on real images, for ``benchmark``).
 """
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
-from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_openvino
+from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
 
-__all__ = ["RUNTIMES", "RuntimeModel", "check_precision", "parse_runtimes"]
+__all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
 
-RUNTIMES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
+RUNTIMES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+INT8 = ("onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+CALIBRATED = ("onnxruntime-qdq", "openvino-int8")  # static INT8: activation ranges from calibration batches
 
 
 def parse_runtimes(text: str) -> list[str]:
@@ -44,7 +47,7 @@ def check_precision(runtime: str, precision: str) -> None:
     """A ConfigError for a precision ``runtime`` does not run here (before anything is measured)."""
     if precision not in ("fp32", "bf16"):
         raise ConfigError(f"precision {precision!r}: choose fp32 or bf16")
-    if runtime.endswith("-int8") and precision != "fp32":
+    if runtime in INT8 and precision != "fp32":
         raise ConfigError(f"--runtime {runtime} runs its INT8 model with the other layers in float32: use "
                           "--precision fp32")
     if runtime.startswith("onnxruntime") and precision != "fp32":
@@ -55,7 +58,7 @@ def check_precision(runtime: str, precision: str) -> None:
 class RuntimeModel(nn.Module):
     """``model`` exported and run in ``runtime`` (one of :data:`RUNTIMES` but torch) for inputs of
     ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``; ``calibration``:
-    batches of real inputs for ``openvino-int8``'s activation ranges."""
+    batches of real inputs for the activation ranges of the static INT8 runtimes (:data:`CALIBRATED`)."""
 
     def __init__(self, model: nn.Module, runtime: str, input_size: tuple[int, int], *, precision: str = "fp32",
                  threads: int | None = None, calibration: list[torch.Tensor] | None = None) -> None:
@@ -68,21 +71,24 @@ class RuntimeModel(nn.Module):
         self._folder = tempfile.mkdtemp(prefix="vision_attn-runtime-")
         path = Path(self._folder) / "model"
         self._run: Callable[[torch.Tensor], torch.Tensor]
-        int8 = runtime.endswith("-int8")
+        if runtime in CALIBRATED and not calibration:  # ranges from random inputs: the same kernels and speed
+            gen = torch.Generator().manual_seed(0)
+            calibration = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
         if runtime.startswith("onnxruntime"):
             file = path.with_suffix(".onnx")
             export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript")
-            if int8:
+            if runtime == "onnxruntime-int8":
                 file = quantize_onnx(file, path.with_name("int8.onnx"))
+            elif runtime == "onnxruntime-qdq":
+                file = quantize_onnx_static(file, path.with_name("qdq.onnx"), calibration)
             session = onnx_session(file, threads)
             self._run = lambda x: run_onnx(session, x)[0]
         else:
             file = path.with_suffix(".xml")
             export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript")
-            if int8:  # without calibration batches, ranges from random inputs: the same kernels and speed
-                gen = torch.Generator().manual_seed(0)
-                batches = calibration or [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
-                file = quantize_openvino(file, path.with_name("int8.xml"), batches, transformer=is_transformer(model))
+            if runtime == "openvino-int8":
+                file = quantize_openvino(file, path.with_name("int8.xml"), calibration,
+                                         transformer=is_transformer(model))
             compiled = openvino_model(file, threads=threads, hint="bf16" if precision == "bf16" else "f32")
             self._run = lambda x: run_openvino(compiled, x)
 
