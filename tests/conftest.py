@@ -40,12 +40,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per worker: the workers share the machine's cores
 
 
-def pytest_collection_modifyitems(config, items):
-    """The tests that start training processes first (stable otherwise): pytest-xdist hands tests out
-    in this order, so the long ones do not pile up at the end of one worker's queue."""
-    items.sort(key=lambda item: item.get_closest_marker("processes") is None)
-
-
 @pytest.fixture(autouse=True)
 def _seed_and_plan():
     torch.manual_seed(0)

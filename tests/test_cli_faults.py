@@ -22,8 +22,6 @@ from tests.tasks.resume_helpers import env, progress_step
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 
-pytestmark = pytest.mark.processes  # trains in processes of its own: scheduled first
-
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--data.num_workers", "2", "--data.persistent_workers", "true", "--trainer.max_epochs", "2",
           "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--threads", "1",

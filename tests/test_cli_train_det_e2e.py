@@ -13,8 +13,6 @@ from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 from vision_attn.tasks.plots import epoch_history
 from tests.test_cli_train_det import TINY
 
-pytestmark = pytest.mark.processes  # trains in processes of its own: scheduled first
-
 ANCHORS_64 = 8 * 8 + 4 * 4 + 2 * 2  # strides 8, 16, 32 at 64 px
 
 

@@ -9,13 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.peers import quiet_ultralytics_environment
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
-
-pytestmark = pytest.mark.processes  # trains in processes of its own: scheduled first
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Starting from an ultralytics checkpoint (best.pt)"

@@ -19,7 +19,6 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) ->
     return proc.stdout
 
 
-@pytest.mark.processes
 @pytest.mark.install  # minutes on a busy machine; `make test` runs it (pytest -m "not benchmark")
 def test_wheel_of_a_fresh_clone_runs_the_shipped_configs_from_an_empty_folder(tmp_path):
     clone, wheels, site, empty = tmp_path / "clone", tmp_path / "wheels", tmp_path / "site", tmp_path / "empty"

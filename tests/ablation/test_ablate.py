@@ -45,7 +45,6 @@ def test_paired_difference_against_a_hand_computation():
     assert summarise([1.0]).std is None
 
 
-@pytest.mark.processes
 def test_tiny_classifier_ablation_through_the_cli_report_and_resume_after_a_kill(tmp_path, capsys):
     common = ["--config", "cnn_cbam_digits", "--blocks", "none,SE", "--seeds", "2", "--epochs", "1",
               "--runs_dir", str(tmp_path), "--name", "abl", "--no-latency", "--", *TINY]
@@ -107,7 +106,6 @@ def _processes_mentioning(text: str) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="lists processes through /proc")
-@pytest.mark.processes
 def test_sigterm_to_the_ablation_alone_stops_its_trainings_with_checkpoints_and_exits_75(tmp_path):
     # one epoch of 20 steps with a checkpoint every 4: both trainings are inside their training loop once
     # each wrote one, and the first has 16 steps to go while the second catches up

@@ -9,11 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
-
-pytestmark = pytest.mark.processes  # trains in processes of its own: scheduled first
 
 SCRIPT = textwrap.dedent("""
     import sys

@@ -18,8 +18,6 @@ from tests.tasks.resume_helpers import assert_same_run, env, progress_step, run_
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 
-pytestmark = pytest.mark.processes  # trains in processes of its own: scheduled first
-
 STEPS_PER_EPOCH = 6  # 48 images, batches of 8
 STOP_LINE = re.compile(r"stopped by SIGTERM at step (\d+) \(epoch (\d+)\): checkpoint (\S+last\.ckpt); continue with "
                        r"the same command and --resume true")
