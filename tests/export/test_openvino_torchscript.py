@@ -98,7 +98,7 @@ def test_a_missing_openvino_is_a_one_line_error_with_the_pip_command(tmp_path, c
 def test_benchmark_times_every_runtime_of_one_model_side_by_side(capsys):
     import json
 
-    runtimes = ["onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8"]
+    runtimes = ["onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8"]
     args = ["benchmark", "vit_tiny_patch16_224", "--runtime", ",".join(["torch", *runtimes]),
             "--rounds", "1", "--iters", "1", "--warmup", "1", "--json"]
     assert main(args) == 0
@@ -106,12 +106,13 @@ def test_benchmark_times_every_runtime_of_one_model_side_by_side(capsys):
     assert [r["model"] for r in results] == ["vit_tiny_patch16_224", *(f"vit_tiny_patch16_224 [{r}]" for r in runtimes)]
     flops = {r["flops_per_call"] for r in results}  # counted on the PyTorch model for every runtime
     assert len(flops) == 1 and flops.pop() > 0
-    assert [r["ratio_to"] for r in results] == [None, *["vit_tiny_patch16_224"] * 4]
+    assert [r["ratio_to"] for r in results] == [None, *["vit_tiny_patch16_224"] * 5]
     assert all(r["throughput"] > 0 for r in results)
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "onnxruntime", "--precision", "bf16"]) == 2
     assert "onnxruntime runs fp32 only here" in capsys.readouterr().err
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "tensorrt"]) == 2
-    assert "choose from torch, onnxruntime, openvino, onnxruntime-int8, openvino-int8" in capsys.readouterr().err
+    assert ("choose from torch, onnxruntime, openvino, onnxruntime-int8, onnxruntime-qdq, openvino-int8"
+            in capsys.readouterr().err)
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "openvino-int8", "--precision", "bf16"]) == 2
     assert "use --precision fp32" in capsys.readouterr().err
 
