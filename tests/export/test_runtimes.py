@@ -16,6 +16,14 @@ def _eval(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def test_the_commands_offer_the_runtimes_export_has():
+    """commands/_runtime.py repeats the names (so that --help imports no torch): they must stay the same."""
+    from vision_attn.commands import _runtime
+    from vision_attn.export import runtimes
+
+    assert _runtime.CHOICES == runtimes.RUNTIMES and _runtime.CALIBRATED == runtimes.CALIBRATED
+
+
 def test_eval_cls_in_every_runtime(tmp_path, capsys):
     ckpt = str(classifier_checkpoint(tmp_path / "best.ckpt"))
     reports = {rt: _eval(capsys, "cls", "--checkpoint", ckpt, "--data", "demo:digits", "--runtime", rt)

@@ -121,8 +121,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--runtime", default="torch", metavar="NAMES",
                    help="runtimes, comma-separated: torch (default), onnxruntime, openvino (pip install openvino), "
                    "onnxruntime-int8 (dynamic INT8), onnxruntime-qdq (static QDQ INT8), openvino-int8 (NNCF's static "
-                   "INT8; pip install nncf), the static ones calibrated on random inputs (for speed); each an export of the same model, timed alternating with the "
-                   "others (CPU inference; bf16: OpenVINO's bf16 hint)")
+                   "INT8; pip install nncf), the static ones calibrated on random inputs (for speed); each an export "
+                   "of the same model, timed alternating with the others (CPU inference; bf16: OpenVINO's bf16 hint)")
     p.add_argument("--train", action="store_true", help="time a training step (forward, backward, optimiser) instead")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="the training step's optimiser")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")

@@ -257,6 +257,16 @@ def _calibration(dep: Deployable, data: str | os.PathLike, transform: Callable, 
     return folder_calibration(data, transform, dep.classes, images=images)
 
 
+def _add_top1(report: QuantizeReport, fp32: Callable[[torch.Tensor], torch.Tensor],
+              int8: Callable[[torch.Tensor], torch.Tensor], dep: Deployable, data: str | os.PathLike | None,
+              transform: Callable) -> None:
+    """A trained classifier's top-1 of both models on ``data``'s val folder, into ``report`` (a
+    detector's mAP is ``eval det --runtime``'s; without ``data``, nothing)."""
+    if data is not None and dep.kind == "classifier":
+        report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
+        report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+
+
 def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_output: str | os.PathLike | None = None,
                          data: str | os.PathLike | None = None, batch: int = 8, rounds: int = 10,
                          opset: int = DEFAULT_OPSET, exporter: Exporter = "dynamo", static: bool = False,
@@ -285,7 +295,7 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
     if max_drop is not None and dep.kind == "detector":
         raise ConfigError("--max-drop bounds the drop of a classifier's top-1; for a detector, quantize without it "
                           "and compare the mAP of both with `eval det --runtime`")
-    elif static and data is None:
+    if static and data is None:
         raise ConfigError("--static calibrates on the run's own images: give --data (the training data root, "
                           "e.g. demo:digits)")
     if data is not None and dep.classes is None:
@@ -310,9 +320,7 @@ def quantize_and_compare(dep: Deployable, output: str | os.PathLike, *, fp32_out
         ms = _latency_ms({"fp32": lambda: fp32(x), "int8": lambda: int8(x)}, batch, rounds)
         report = QuantizeReport(os.path.getsize(fp32_path) / 2**20, os.path.getsize(output) / 2**20, batch,
                                 ms["fp32"], ms["int8"])
-        if data is not None and dep.kind == "classifier":
-            report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
-            report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+        _add_top1(report, fp32, int8, dep, data, transform)
     return report
 
 
@@ -339,7 +347,5 @@ def _quantize_openvino_and_compare(dep: Deployable, output: Path, *, fp32_output
         size = {k: sum(os.path.getsize(p.with_suffix(e)) for e in (".xml", ".bin")) / 2**20
                 for k, p in (("fp32", fp32_path), ("int8", output))}
         report = QuantizeReport(size["fp32"], size["int8"], batch, ms["fp32"], ms["int8"])
-        if dep.kind == "classifier":
-            report.fp32_top1, report.images = folder_accuracy(fp32, data, transform, dep.classes)
-            report.int8_top1, _ = folder_accuracy(int8, data, transform, dep.classes)
+        _add_top1(report, fp32, int8, dep, data, transform)
     return report
