@@ -23,6 +23,11 @@ os.environ.update({
     "VISION_ATTN_CACHE": os.path.join(_HOME, ".cache", "vision_attn"),
     "VISION_ATTN_KERNELS": "onednn",
     "NO_ALBUMENTATIONS_UPDATE": "1",
+    # transformers (a test-only peer): offline, and no kernels fetched from the hub at from_pretrained
+    "HF_HUB_OFFLINE": "1",
+    "USE_HUB_KERNELS": "0",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 })
 
 from tests.peers import quiet_ultralytics_environment  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vision_attn.errors import CheckpointError, ConfigError
-from vision_attn.io.atomic import (atomic_write, save_figure, save_torch, write_bytes, write_json, write_text,
+from vision_attn.io.atomic import (atomic_folder, atomic_write, save_figure, save_torch, write_bytes, write_json, write_text,
                                    write_yaml)
 
 
@@ -45,6 +45,29 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_write(target, fail)
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_a_folder_is_replaced_whole_or_kept(tmp_path):
+    target = tmp_path / "model"
+
+    def write(version: str, fail: bool = False):
+        def files(tmp) -> None:
+            (tmp / "config.json").write_text(version)
+            if fail:
+                raise RuntimeError("killed before the weights")
+            (tmp / "weights").write_text(version)
+        return files
+
+    atomic_folder(target, write("old"))
+    with pytest.raises(RuntimeError):
+        atomic_folder(target, write("new", fail=True))
+    assert (target / "config.json").read_text() == "old" and (target / "weights").read_text() == "old"
+    atomic_folder(target, write("new"))
+    assert sorted(p.read_text() for p in target.iterdir()) == ["new", "new"]
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary or old folder left
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file; give a folder"):
+        atomic_folder(tmp_path / "file", write("new"))
 
 
 def test_mode_follows_the_umask_and_missing_folders_are_named(tmp_path):

@@ -141,6 +141,19 @@ def test_mask_token_replaces_the_masked_patches():
         vision_attn.create_model("vit_small_patch14_dinov2", img_size=56, depth=1).forward_features(x, masks=masks)
 
 
+def test_our_own_register_model_with_a_mask_token_reloads(tmp_path):
+    """Its file carries mask_token (as official DINOv2 files do) but our keys: its class token's position
+    is folded already and must not be folded twice."""
+    model = randomise(vision_attn.create_model("vit_small_patch14_reg4_dinov2", img_size=56, depth=1,
+                                               mask_token=True)).eval()
+    torch.save(model.state_dict(), tmp_path / "ours.pth")
+    again = vision_attn.create_model("vit_small_patch14_reg4_dinov2", img_size=56, depth=1, mask_token=True,
+                                     pretrained=tmp_path / "ours.pth").eval()
+    x = torch.randn(1, 3, 56, 56)
+    with torch.no_grad():
+        assert torch.equal(again(x), model(x))
+
+
 @pytest.mark.parametrize("name", ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"])
 def test_forward_intermediates_like_timm(tmp_path, name):
     peer = timm_peer(name)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["atomic_write", "PendingFile", "output_folder", "write_failure", "free_space", "format_bytes", "write_bytes", "write_text", "write_json", "write_yaml", "save_torch", "save_figure",
-           "write_onnx"]
+           "write_onnx", "atomic_folder"]
 
 PathLike = str | os.PathLike
 
@@ -152,6 +152,38 @@ def atomic_write(path: PathLike, write: Callable[[str], None], *, suffix: str = 
         pending.abort()
         raise
     return pending.commit()
+
+
+def atomic_folder(path: PathLike, write: Callable[[Path], None], *,
+                  error: type[VisionAttnError] = ConfigError) -> Path:
+    """Call ``write(tmp)`` with a fresh empty folder beside ``path``, then put it in ``path``'s place
+    (a folder of files that belong together, such as a transformers folder's config and weights: a
+    reader never sees the new config beside the old weights). A previous ``path`` folder is replaced
+    only once the new one is complete; a failure leaves it as it was and no temporary folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise error(f"-o {path}: is a file; give a folder to write (nothing was written)")
+    output_folder(path, error=error)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    except OSError as e:
+        raise WriteError(f"{write_failure(path, e)}; nothing was written") from None
+    old = path.parent / f"{tmp.name}.old"
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o777 & ~_umask())
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if old.exists() and not path.exists():
+            os.replace(old, path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and _is_write_failure(e):
+            raise WriteError(f"{write_failure(path, e)}; {path.name} is as it was, no temporary folder left") from None
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return path
 
 
 def write_bytes(path: PathLike, data: bytes, *, mkdir: bool = False) -> Path:

@@ -4,7 +4,8 @@ One reader serves every part of vision_attn: ``create_model(pretrained=...)``, a
 ``model.pretrained``, ``yaml insert --checkpoint``, ``export --checkpoint`` and the run loader.
 
 - :func:`read_checkpoint`: the object in a file: ``.safetensors`` (safetensors' reader), or a PyTorch
-  pickle (``.pth``, ``.pt``, ``.bin``, Lightning's ``.ckpt``) read with ``torch.load(weights_only=True)``,
+  pickle (``.pth``, ``.pt``, ``.bin``, Lightning's ``.ckpt``) read with ``torch.load(weights_only=True)``
+  (both memory-mapped: a file's tensors take no memory of their own until they are copied),
   which builds tensors and plain containers only. A run folder stands for its ``best.ckpt`` (else its
   ``last.ckpt``). A pickle that names any other Python object (a function, a class) is refused with a
   :class:`CheckpointError` that says what it would have called; an ultralytics ``.pt`` is handed to
@@ -120,7 +121,9 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
             return load_file(str(path), device="cpu")
         with torch.serialization.safe_globals(_SAFE_GLOBALS), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*pickle protocol.*")  # raw pickles of protocol 4+
-            return torch.load(path, map_location="cpu", weights_only=True)
+            # a zip file (torch >= 1.6) is memory-mapped: its tensors are pages of the file until copied
+            # into a model, not a second copy in memory (a legacy pickle is read whole)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         blocked = [m.group(1) for rx in _BLOCKED for m in [rx.search(str(e))] if m]
         names = list(dict.fromkeys(blocked + _foreign(pickled_globals(path))))

@@ -1,10 +1,12 @@
 """Building blocks, one concept a file; nothing here knows about models."""
+from vision_attn.layers.activations import ACT_LAYERS, QuickGELU
 from vision_attn.layers.attention import Attention, attend, record_attention
+from vision_attn.layers.attention_pool import AttentionPoolLatent
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention, TorchvisionCosineWindowAttention
 from vision_attn.layers.block import BLOCKS, Block, LayerNorm6, PostNormBlock
 from vision_attn.layers.drop_path import DropPath, drop_path
 from vision_attn.layers.layer_scale import LayerScale
-from vision_attn.layers.mlp import Mlp, SwiGLU
+from vision_attn.layers.mlp import Mlp, SwiGLU, FFN_LAYERS
 from vision_attn.layers.patch_embed import PatchEmbed, to_2tuple
 from vision_attn.layers.patch_merging import PatchMerging, PatchMergingV2
 from vision_attn.layers.pos_embed import (
@@ -35,7 +37,7 @@ from vision_attn.layers.window_attention import (
 )
 
 __all__ = [
-    "Attention", "attend", "record_attention", "BLOCKS", "Block", "PostNormBlock", "LayerNorm6",
+    "Attention", "attend", "record_attention", "AttentionPoolLatent", "QuickGELU", "ACT_LAYERS", "FFN_LAYERS", "BLOCKS", "Block", "PostNormBlock", "LayerNorm6",
     "DropPath", "drop_path", "LayerScale", "Mlp", "SwiGLU", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
     "Rope2D", "apply_rope", "resample_abs_pos_embed", "sincos_2d",
     "PatchMerging", "WindowAttention", "ShiftedWindows", "window_partition", "window_reverse", "window_index",

@@ -67,3 +67,7 @@ class SwiGLU(Mlp):
         gate, value = self.fc1(x).chunk(2, dim=-1)  # (..., hidden/2) each
         x = self.drop1(self.act(gate) * value)
         return self.drop2(self.fc2(x))
+
+
+FFN_LAYERS: dict[str, type[Mlp]] = {"mlp": Mlp, "swiglu": SwiGLU}
+"""Feed-forward networks by name (``ffn_layer="swiglu"``), so that a run records its model as plain data."""

@@ -15,17 +15,20 @@ from torch import nn
 from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import StateDict, read_state_dict
 
-__all__ = ["StateDict", "read_state_dict", "fit_state_dict", "load_checkpoint"]
+__all__ = ["StateDict", "read_state_dict", "fit_state_dict", "load_state_dict", "load_checkpoint"]
+
+
+_HINT = "the file holds another architecture or variant: pick the matching model name"
 
 
 def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint",
-                   optional: Collection[str] = ()) -> StateDict:
+                   optional: Collection[str] = (), hint: str = _HINT) -> StateDict:
     """Map ``state_dict`` to ``model``'s keys and check every key and shape.
 
     Classifier weights (``model.classifier_keys``) of another class count are dropped with a warning,
     so the model keeps its freshly initialised head. Keys in ``optional`` (blocks added to a
     pretrained backbone) may be absent from the file, all of them, and then keep their initialisation. Anything else
-    that does not fit raises a :class:`CheckpointError` naming the keys.
+    that does not fit raises a :class:`CheckpointError` naming the keys, and ``hint`` (what to do).
     """
     convert = getattr(model, "convert_checkpoint", None)
     if convert is not None:
@@ -50,8 +53,7 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
                 more = f" (+{len(keys) - 6} more)" if len(keys) > 6 else ""
                 parts.append(f"{len(keys)} {label}: {'; '.join(keys[:6])}{more}")
         raise CheckpointError(
-            f"{source}: does not fit {type(model).__name__} ({' | '.join(parts)}); the file holds another "
-            f"architecture or variant: pick the matching model name"
+            f"{source}: does not fit {type(model).__name__} ({' | '.join(parts)}); {hint}"
         )
     if refit:
         warnings.warn(
@@ -65,7 +67,13 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
 def load_checkpoint(model: nn.Module, path: str | Path, optional: Collection[str] = ()) -> nn.Module:
     """Load the file at ``path`` into ``model`` (any supported layout), strictly apart from a refitted
     head and the ``optional`` keys the file lacks (see :func:`fit_state_dict`)."""
-    state_dict = fit_state_dict(model, read_state_dict(path), source=str(path), optional=optional)
+    return load_state_dict(model, read_state_dict(path), source=str(path), optional=optional)
+
+
+def load_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint",
+                    optional: Collection[str] = (), hint: str = _HINT) -> nn.Module:
+    """Fit ``state_dict`` (read from ``source``) to ``model`` and load it (see :func:`fit_state_dict`)."""
+    state_dict = fit_state_dict(model, state_dict, source=source, optional=optional, hint=hint)
     own = model.state_dict()
     strict = all(k in state_dict for k in own)
     model.load_state_dict(state_dict, strict=strict)

@@ -12,6 +12,7 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.models.checkpoint import load_checkpoint
 from vision_attn.models.features import FEATURE_CFG_KEYS, FeatureModule
+from vision_attn.models.hf import load_transformers, read_transformers_folder, transformers_folder
 from vision_attn.models.pretrained_cfg import model_cfg
 from vision_attn.models.insertion import InsertionReport, default_attention_sites, insert_into_module
 
@@ -70,7 +71,7 @@ def get_entrypoint(name: str) -> Callable[..., nn.Module]:
 
 
 def create_model(
-    name: str,
+    name: str | None = None,
     *,
     pretrained: str | Path | None = None,
     num_classes: int | None = None,
@@ -87,7 +88,11 @@ def create_model(
     ``pretrained`` is a local checkpoint (.pth, .pt, .bin, .safetensors) in timm, torchvision,
     official or vision_attn layout; the layout is recognised from its keys. A ``num_classes`` other
     than the checkpoint's re-initialises the classifier (with a warning); an ``img_size`` other than
-    the checkpoint's resamples the position embedding.
+    the checkpoint's resamples the position embedding. ``pretrained`` may also be a Hugging Face
+    ``transformers`` folder (``config.json`` + weights, or the weights file in it): the architecture
+    and sizes come from its config (``name`` may then be omitted), and the file's head is kept
+    (``num_classes`` None or equal), replaced (another count) or dropped (0)
+    (:mod:`vision_attn.models.hf`).
 
     ``attention`` inserts attention blocks (:func:`~vision_attn.models.insertion.insert_into_module`): a
     block name (``"cbam"``: on the residual branch of every ResNet block), or a dict of
@@ -103,6 +108,14 @@ def create_model(
     the final norm applied when ``feature_cfg={"norm": True}``. The model carries its name's input
     configuration as ``pretrained_cfg`` (:mod:`vision_attn.models.pretrained_cfg`).
     """
+    folder = None
+    if pretrained is not None and (name is None or ":" not in name) and transformers_folder(pretrained):
+        folder = read_transformers_folder(pretrained)
+        base, args = folder.model_args()
+        name, kwargs = name or base, {**args, **kwargs}
+    elif name is None:
+        raise ConfigError("create_model: give a model name (`vision-attn models` lists them), or as pretrained= "
+                          "a transformers folder, whose config.json names the architecture")
     fn = get_entrypoint(name)
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
@@ -119,7 +132,9 @@ def create_model(
     new_keys: tuple[str, ...] = ()
     if attention is not None and attention != "none":
         new_keys = _insert(model, attention, img_size).new_keys
-    if pretrained is not None:
+    if folder is not None:
+        load_transformers(model, folder, optional=new_keys)
+    elif pretrained is not None:
         load_checkpoint(model, pretrained, optional=new_keys)
     if name in _CFGS:
         model.pretrained_cfg = model.default_cfg = model_cfg(name, _CFGS[name], model, img_size)

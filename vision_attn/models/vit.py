@@ -6,14 +6,15 @@ timm's names (``vit_small_patch16_224``, ``deit_tiny_distilled_patch16_224``, ..
 ``vit_small_patch14_reg4_dinov2``, ... ``vit_giant_patch14_dinov2`` with a SwiGLU feed-forward network).
 The state-dict keys are timm's, so timm checkpoints load as they are; torchvision checkpoints and the
 official DINOv2 hub files are mapped by :func:`torchvision_to_timm` and :func:`dinov2_to_timm`
-(layouts documented there).
+(layouts documented there); OpenAI CLIP and open_clip image towers by :func:`openai_clip_to_timm`.
+The CLIP and SigLIP towers themselves are registered in :mod:`vision_attn.models.clip`.
 """
 from __future__ import annotations
 
 import functools
 import math
 import re
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -23,8 +24,11 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.kernels import fx_tracing
 from vision_attn.layers import (
+    ACT_LAYERS,
+    FFN_LAYERS,
     BLOCKS,
     Attention,
+    AttentionPoolLatent,
     Block,
     LayerNorm6,
     Mlp,
@@ -40,7 +44,7 @@ from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm"]
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
 torch.fx.wrap("resample_abs_pos_embed")
@@ -76,7 +80,15 @@ class VisionTransformer(TimmContract, nn.Module):
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
     Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "none"``; ``global_pool`` in
-    ``"token" | "avg"``; ``block`` in ``"pre" | "post"`` (or a block class).
+    ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
+    the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
+    ``act_layer`` a class or a name of :data:`~vision_attn.layers.ACT_LAYERS` (``"quick_gelu"``);
+    ``ffn_layer`` a class or a name of :data:`~vision_attn.layers.FFN_LAYERS` (``"swiglu"``);
+    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s). Named, they are plain data that a
+    run records (a model read from a transformers folder states them so).
+    CLIP's towers take ``pre_norm=True`` (a norm ``norm_pre`` over the embedded tokens before the
+    blocks, OpenAI's ``ln_pre``; the patch projection then has no bias unless ``patch_bias``), and
+    ``head_bias=False`` gives a projection head without bias (CLIP's ``proj``).
     With ``distilled=True`` (DeiT) a second head reads the distillation token: in training the model
     returns both logits ``(cls, dist)``, at evaluation their mean. ``mask_token=True`` adds DINOv2's
     learned mask token (1, D): ``forward_features(x, masks)`` puts it in place of the patch tokens
@@ -111,23 +123,40 @@ class VisionTransformer(TimmContract, nn.Module):
         reg_tokens: int = 0,
         no_embed_class: bool = False,
         pos_embed: Literal["learn", "sincos2d", "rope", "none"] = "learn",
-        global_pool: Literal["token", "avg"] = "token",
+        global_pool: Literal["token", "avg", "map"] = "token",
         fc_norm: bool | None = None,
         block: str | type[nn.Module] = "pre",
         attn_class: type[nn.Module] = Attention,
-        ffn_layer: type[nn.Module] = Mlp,
-        act_layer: type[nn.Module] = nn.GELU,
+        ffn_layer: type[nn.Module] | str = Mlp,
+        act_layer: type[nn.Module] | str = nn.GELU,
         norm_layer: type[nn.Module] = LayerNorm6,
+        norm_eps: float | None = None,
         mask_token: bool = False,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         dynamic_img_pad: bool = False,
+        pre_norm: bool = False,
+        patch_bias: bool | None = None,
+        head_bias: bool = True,
     ) -> None:
         super().__init__()
         check_pos_embed_kind(pos_embed)
-        if global_pool not in ("token", "avg"):
-            raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token) or 'avg' (mean of patch tokens)")
+        if global_pool not in ("token", "avg", "map"):
+            raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
+                              f"tokens) or 'map' (attention pooling with a learned query, SigLIP)")
+        if isinstance(act_layer, str):
+            if act_layer not in ACT_LAYERS:
+                raise ConfigError(f"act_layer={act_layer!r} is not a known activation: choose one of "
+                                  f"{sorted(ACT_LAYERS)} or pass a module class")
+            act_layer = ACT_LAYERS[act_layer]
+        if isinstance(ffn_layer, str):
+            if ffn_layer not in FFN_LAYERS:
+                raise ConfigError(f"ffn_layer={ffn_layer!r} is not a known feed-forward network: choose one of "
+                                  f"{sorted(FFN_LAYERS)} or pass a module class")
+            ffn_layer = FFN_LAYERS[ffn_layer]
+        if norm_eps is not None:  # every norm of the model (transformers' configs state one layer_norm_eps)
+            norm_layer = functools.partial(norm_layer, eps=norm_eps)
         if global_pool == "token" and not class_token:
             raise ConfigError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
         if distilled and not (class_token and global_pool == "token"):
@@ -143,10 +172,13 @@ class VisionTransformer(TimmContract, nn.Module):
         self.distilled = distilled
         self.distilled_training = distilled
         self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
+        self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
         self.no_embed_class = no_embed_class or pos_embed != "learn"
 
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=True,
+        # timm's rule: a pre-normed (CLIP) tower's patch projection has no bias
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim,
+                                      bias=not pre_norm if patch_bias is None else patch_bias,
                                       dynamic_pad=dynamic_img_pad)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
@@ -157,6 +189,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
         self.pos_drop = nn.Dropout(drop_rate)
+        self.norm_pre = norm_layer(embed_dim) if pre_norm else nn.Identity()
 
         dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # rises linearly; cpu: builds under a meta device
         self.blocks = nn.ModuleList(
@@ -167,10 +200,13 @@ class VisionTransformer(TimmContract, nn.Module):
         )
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
         self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
+        self.attn_pool = (AttentionPoolLatent(embed_dim, num_heads, mlp_ratio=mlp_ratio, act_layer=act_layer,
+                                              norm_layer=norm_layer) if global_pool == "map" else None)
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
-        self.head_dist = (nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()) if distilled else None
+        self.head = nn.Linear(embed_dim, num_classes, bias=head_bias) if num_classes > 0 else nn.Identity()
+        self.head_dist = ((nn.Linear(embed_dim, num_classes, bias=head_bias) if num_classes > 0 else nn.Identity())
+                          if distilled else None)
         self.grad_checkpointing = False
         reduction = max(self.patch_embed.patch_size)
         self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f"blocks.{i}") for i in range(depth)]
@@ -189,7 +225,7 @@ class VisionTransformer(TimmContract, nn.Module):
             if p is not None:
                 nn.init.trunc_normal_(p, std=0.02)
         for p in (self.cls_token, self.reg_token):
-            if p is not None:
+            if p is not None and not p.is_meta:  # normal_ of a meta tensor imports torch's compiler (2 s)
                 nn.init.normal_(p, std=1e-6)
 
     def no_weight_decay(self) -> set[str]:
@@ -203,14 +239,16 @@ class VisionTransformer(TimmContract, nn.Module):
         """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head)."""
         self.num_classes = num_classes
         device = next(self.parameters()).device
-        make = lambda: nn.Linear(self.embed_dim, num_classes, device=device) if num_classes > 0 else nn.Identity()  # noqa: E731
+        make = lambda: (nn.Linear(self.embed_dim, num_classes, bias=self.head_bias, device=device)  # noqa: E731
+                        if num_classes > 0 else nn.Identity())
         self.head = make()
         if self.distilled:
             self.head_dist = make()
         for m in (self.head, self.head_dist):
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
 
     def set_distilled_training(self, enable: bool = True) -> None:
         """DeiT: return (cls, dist) logits in training (True, the default) or their mean (False)."""
@@ -218,8 +256,9 @@ class VisionTransformer(TimmContract, nn.Module):
 
     # ---------------------------------------------------------------- forward
     def _embed(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added, and the grid (h, w);
-        patch tokens selected by ``masks`` (B, h*w) become the mask token first."""
+        """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added (and ``norm_pre``
+        applied), and the grid (h, w); patch tokens selected by ``masks`` (B, h*w) become the mask
+        token first."""
         x = self.patch_embed(x)  # (B, h, w, D)
         B, h, w, D = x.shape
         x = x.reshape(B, h * w, D)  # (B, h*w, D)
@@ -243,7 +282,7 @@ class VisionTransformer(TimmContract, nn.Module):
         x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, prefix + h*w, D)
         if pos is not None and not self.no_embed_class:
             x = x + pos
-        return self.pos_drop(x), (h, w)
+        return self.norm_pre(self.pos_drop(x)), (h, w)
 
     def _rope(self, grid: tuple[int, int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return self.rope(grid, x.device, x.dtype) if self.rope is not None else None
@@ -255,7 +294,10 @@ class VisionTransformer(TimmContract, nn.Module):
         return self.norm(run_blocks(self, self.blocks, x, rope=self._rope(grid, x)))
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
-        """Tokens (B, N, D) -> (B, D): the class token, or the mean of the patch tokens."""
+        """Tokens (B, N, D) -> (B, D): the class token, the mean of the patch tokens, or the attention
+        pool over the patch tokens (``"map"``)."""
+        if self.global_pool == "map":
+            return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
         if self.global_pool == "avg":
             return x[:, self.num_prefix_tokens:].mean(dim=1)
         return x[:, 0]
@@ -331,15 +373,21 @@ class VisionTransformer(TimmContract, nn.Module):
         self.blocks = self.blocks[: last + 1]
 
     def _prune_head(self) -> None:
+        """The classifier, ``fc_norm`` and SigLIP's attention pool go (as timm's ``prune_head``:
+        a pruned ``"map"`` model's head returns the tokens unpooled)."""
         self.fc_norm = nn.Identity()
+        self.attn_pool = None
         self.reset_classifier(0)
 
     # ---------------------------------------------------------------- checkpoints
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recognise a timm/vision_attn, torchvision or official DINOv2 state dict, map it to our keys
-        and resample the position table to this model's grid."""
+        """Recognise a timm/vision_attn, torchvision, official DINOv2 or OpenAI CLIP / open_clip state
+        dict, map it to our keys and resample the position table to this model's grid."""
         if "conv_proj.weight" in state_dict:
             state_dict = torchvision_to_timm(state_dict)
+        elif _is_openai_clip(state_dict):
+            head_bias = isinstance(self.head, nn.Linear) and self.head.bias is not None
+            state_dict = openai_clip_to_timm(state_dict, head_bias=head_bias)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -462,10 +510,88 @@ def dinov2_to_timm(state_dict: dict[str, torch.Tensor], no_embed_class: bool = F
         new = f"{m.group(1)}{'fc1' if m.group(2) == 'w12' else 'fc2'}.{m.group(3)}" if m else key
         new = "reg_token" if key == "register_tokens" else new
         out[new] = value
-    if no_embed_class and "reg_token" in out and "pos_embed" in out and "cls_token" in out:
+    # the official layout (register_tokens) covers the class token; a timm/vision_attn file (reg_token,
+    # carrying a mask token) has it folded already
+    if no_embed_class and "register_tokens" in state_dict and "pos_embed" in out and "cls_token" in out:
         pos = out["pos_embed"]
         out["cls_token"] = out["cls_token"] + pos[:, :1]
         out["pos_embed"] = pos[:, 1:]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# OpenAI CLIP layout (github.com/openai/CLIP, clip/model.py VisionTransformer; open_clip's
+# VisionTransformer in open_clip/transformer.py keeps the same keys), the image tower under ``visual.``
+# in a full CLIP state dict, or without the prefix (a tower saved alone), mapped key by key:
+#   conv1 (no bias)                                          -> patch_embed.proj
+#   class_embedding (D,)                                     -> cls_token (1, 1, D)
+#   positional_embedding (1 + N, D)                          -> pos_embed (1, 1 + N, D)
+#   ln_pre                                                   -> norm_pre
+#   transformer.resblocks.{i}.ln_1                           -> blocks.{i}.norm1
+#   ....attn.in_proj_weight/bias (3D, D)                     -> blocks.{i}.attn.qkv.weight/bias (same q, k, v rows)
+#   ....attn.out_proj                                        -> blocks.{i}.attn.proj
+#   ....ls_1.gamma / ls_2.gamma (open_clip's ls_init_value)  -> blocks.{i}.ls1.gamma / ls2.gamma
+#   ....ln_2                                                 -> blocks.{i}.norm2
+#   ....mlp.c_fc / mlp.c_proj                                -> blocks.{i}.mlp.fc1 / mlp.fc2
+#   ln_post                                                  -> norm
+#   proj (D, E), applied as x @ proj                         -> head.weight (E, D) = proj.T, and a zero
+#                                                               head.bias where the head has one (timm's towers)
+# A full CLIP state dict's text tower is dropped: this is the image model (its keys outside ``visual.``:
+# token_embedding, positional_embedding, transformer.resblocks.*, ln_final, text_projection,
+# logit_scale; open_clip's logit_bias and the text.* of its CustomTextCLIP; OpenAI's attn_mask buffer
+# and the input_resolution / context_length / vocab_size entries of its TorchScript files).
+# Refused, by key: open_clip's attentional pooler (attn_pool, CoCa), timm trunks (visual.trunk.*:
+# load the trunk's own timm state dict) and anything else unknown.
+_CLIP_TEXT_TOWER = ("token_embedding", "positional_embedding", "transformer", "ln_final", "text_projection",
+                    "logit_scale", "logit_bias", "text", "attn_mask", "input_resolution", "context_length",
+                    "vocab_size")
+_CLIP_BLOCK = {
+    "ln_1": "norm1", "attn.in_proj_weight": "attn.qkv.weight", "attn.in_proj_bias": "attn.qkv.bias",
+    "attn.out_proj": "attn.proj", "ls_1.gamma": "ls1.gamma", "ls_2.gamma": "ls2.gamma", "ln_2": "norm2",
+    "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2",
+}
+_CLIP_TOP = {"conv1": "patch_embed.proj", "class_embedding": "cls_token", "positional_embedding": "pos_embed",
+             "ln_pre": "norm_pre", "ln_post": "norm", "proj": "head.weight"}
+_CLIP_LAYER = "transformer.resblocks."
+
+
+def _is_openai_clip(state_dict: dict[str, torch.Tensor]) -> bool:
+    """OpenAI CLIP and open_clip image towers: ``conv1`` and ``class_embedding``, under ``visual.`` or not."""
+    return any(f"{p}conv1.weight" in state_dict and f"{p}class_embedding" in state_dict for p in ("visual.", ""))
+
+
+def openai_clip_to_timm(state_dict: dict[str, torch.Tensor], head_bias: bool = True) -> dict[str, torch.Tensor]:
+    """Map an OpenAI CLIP / open_clip state dict (a full CLIP model or its image tower alone) to
+    timm's (and our) keys (see above); ``head_bias``: give the projection head a zero bias."""
+    prefix = "visual." if "visual.conv1.weight" in state_dict else ""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if prefix and not key.startswith(prefix):
+            if key.split(".", 1)[0] in _CLIP_TEXT_TOWER:
+                continue  # the text tower (see above)
+            raise CheckpointError(f"CLIP checkpoint: key {key!r} is neither the image tower (visual.*) nor a "
+                                  f"part of the text tower vision_attn drops; remove it")
+        rest = key[len(prefix):]
+        if rest.startswith(_CLIP_LAYER):
+            index, tail = rest[len(_CLIP_LAYER):].split(".", 1)
+            new = _map_key(tail, _CLIP_BLOCK)
+            new = f"blocks.{index}.{new}" if new else None
+        else:
+            new = _map_key(rest, _CLIP_TOP)
+        if new is None:
+            raise CheckpointError(
+                f"CLIP checkpoint: key {key!r} has no counterpart in vision_attn's ViT (open_clip's attentional "
+                f"pooler and timm trunks are not supported; a timm trunk loads as its own timm state dict)")
+        if rest == "class_embedding":
+            value = value.reshape(1, 1, -1)
+        elif rest == "positional_embedding":
+            value = value.unsqueeze(0)
+        elif rest == "proj":
+            value = value.t().contiguous()
+            if head_bias:
+                out["head.bias"] = value.new_zeros(value.shape[0])
+        assert new not in out, f"two CLIP keys map to {new}"
+        out[new] = value
     return out
 
 

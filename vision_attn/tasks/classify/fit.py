@@ -48,15 +48,16 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
                                   class_names=splits.classes)
     params = sum(p.numel() for p in module.model.parameters())
-    say(f"model: {model_cfg['name']}, {params / 1e6:.2f} M parameters, {len(splits.classes)} classes, "
+    say(f"model: {module.hparams.name}, {params / 1e6:.2f} M parameters, {len(splits.classes)} classes, "
         f"{data_cfg['img_size']} px")
     return module, datamodule
 
 
 def _shadow(module, cfg) -> tuple[Any, str]:
-    net = build_network(cfg.model.name, cfg.model.model_kwargs, attention=cfg.model.attention,
-                        num_classes=module.hparams.num_classes, img_size=cfg.data.img_size)
-    return net, cfg.model.name
+    hp = module.hparams  # the name and sizes a transformers folder stated are resolved there
+    net = build_network(hp.name, hp.model_kwargs, attention=cfg.model.attention,
+                        num_classes=hp.num_classes, img_size=cfg.data.img_size)
+    return net, hp.name
 
 
 def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
@@ -68,8 +69,8 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         report = accuracy_report(module.last_confusion, module.class_names)
     return {
         "name": cfg.name,
-        "model": cfg.model.name,
-        "model_kwargs": cfg.model.model_kwargs or {},
+        "model": module.hparams.name,
+        "model_kwargs": module.hparams.model_kwargs or {},
         "data": {"source": str(datamodule.splits.root), **datamodule.splits.faults.report()},
         "classes": module.class_names,
         "train_images": len(datamodule.splits.train),

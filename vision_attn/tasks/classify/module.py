@@ -27,7 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
-from vision_attn.tasks.classify.network import build_network
+from vision_attn.tasks.classify.network import build_network, network_spec
 from vision_attn.tasks.classify.run import load_classifier
 from vision_attn.tasks.finite import stop_if_not_finite
 from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast, param_groups
@@ -45,10 +45,13 @@ class ClassificationModule(pl.LightningModule):
 
     Args:
         name: a ``create_model`` name (``vit_tiny_patch16_224``, ``deit_tiny_distilled_patch16_224``,
-            ``swin_tiny_patch4_window7_224``, ``resnet18``, ``timm:NAME``).
+            ``swin_tiny_patch4_window7_224``, ``resnet18``, ``timm:NAME``); default: the architecture of a
+            transformers folder given as ``pretrained``, else ``vit_tiny_patch16_224``.
         model_kwargs: keyword arguments for the model (``patch_size``, ``depth``, ``embed_dim``, ...).
         attention: attention blocks to insert in a CNN (``"cbam"``, ``"se"``, or a dict; see ``create_model``).
-        pretrained: a local checkpoint to start from (timm, torchvision, official or vision_attn layout).
+        pretrained: a local checkpoint to start from (timm, torchvision, official or vision_attn layout),
+            or a Hugging Face transformers folder (config.json + weights): its sizes are recorded in
+            the run's ``model_kwargs``.
         num_classes: set from the data. img_size: set from the data (passed to the model unless
             ``model_kwargs`` has one, or the name starts with ``timm:``). class_names: set from the data.
         lr: peak learning rate (after warmup); min_lr: the cosine's floor; warmup_lr: the warmup's start.
@@ -73,7 +76,7 @@ class ClassificationModule(pl.LightningModule):
 
     def __init__(
         self,
-        name: str = "vit_tiny_patch16_224",
+        name: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
         attention: str | dict[str, Any] | None = None,
         pretrained: str | None = None,
@@ -101,6 +104,7 @@ class ClassificationModule(pl.LightningModule):
         channels_last: bool | None = None,
         compile: bool = False,
     ) -> None:
+        name, model_kwargs = network_spec(name, model_kwargs, pretrained)  # before save_hyperparameters reads them
         super().__init__()
         self.save_hyperparameters()
         if lr <= 0 or min_lr < 0 or warmup_epochs < 0 or weight_decay < 0:

@@ -7,8 +7,24 @@ from typing import Any
 from torch import nn
 
 from vision_attn.models import create_model
+from vision_attn.models.hf import read_transformers_folder, transformers_folder
 
-__all__ = ["build_network"]
+__all__ = ["build_network", "network_spec", "DEFAULT_MODEL"]
+
+DEFAULT_MODEL = "vit_tiny_patch16_224"
+
+
+def network_spec(name: str | None, model_kwargs: dict[str, Any] | None,
+                 pretrained: str | None) -> tuple[str, dict[str, Any] | None]:
+    """The model name and arguments a run records: a transformers folder as ``pretrained`` states its
+    architecture (its closest variant's name unless ``name`` is given, and its sizes, under
+    ``model_kwargs``' own; the class count and image size come from the data); otherwise ``name``
+    (default :data:`DEFAULT_MODEL`) and ``model_kwargs`` as given."""
+    if pretrained is not None and transformers_folder(pretrained) is not None:
+        base, args = read_transformers_folder(pretrained).model_args()
+        args = {k: v for k, v in args.items() if k not in ("num_classes", "img_size")}
+        return name or base, {**args, **(model_kwargs or {})}
+    return name or DEFAULT_MODEL, model_kwargs
 
 
 def build_network(name: str, model_kwargs: dict[str, Any] | None = None, *, attention: Any = None,
