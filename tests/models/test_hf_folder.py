@@ -10,11 +10,14 @@ import torch
 import transformers
 import yaml
 
+from tests.checkpoints import classifier_checkpoint
 from tests.folders import make_folder
 from vision_attn import create_model
 from vision_attn.cli import main
 from vision_attn.errors import CheckpointError
-from vision_attn.tasks import load_run
+from vision_attn.models.clip import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+from vision_attn.tasks import load_run, train_classifier
+from vision_attn.tasks.classify.network import pretrained_normalisation
 
 
 def _vit_folder(path: Path, num_labels: int = 3) -> Path:
@@ -122,6 +125,24 @@ def test_train_cls_from_a_folder_without_a_model_name_records_its_sizes(tmp_path
     assert run.model.patch_embed.grid_size == (2, 2) and run.model.num_classes == 3  # 16 px, the data's size
 
 
+def test_a_linear_probe_from_a_folder_trains_the_head_alone_normalised_as_the_processor_says(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = _vit_folder(tmp_path / "hf", num_labels=3)
+    (folder / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.5, 0.4, 0.3],
+                                                                 "image_std": [0.2, 0.25, 0.3]}))
+    root = make_folder(tmp_path / "data")
+    result = train_classifier({"name": "probe", "model": {"pretrained": str(folder), "freeze": "backbone",
+                                                          "lr": 0.1, "warmup_epochs": 0, "ema_decay": None},
+                               "data": {"root": str(root), "img_size": 32, "batch_size": 8, "num_workers": 0},
+                               "trainer": {"accelerator": "cpu", "max_epochs": 1, "enable_progress_bar": False}})
+    run = load_run(result.run_dir)
+    assert tuple(run.data_hparams["mean"]) == (0.5, 0.4, 0.3) and tuple(run.data_hparams["std"]) == (0.2, 0.25, 0.3)
+    start = create_model(pretrained=folder).state_dict()
+    trained = run.model.state_dict()
+    changed = sorted(k for k in start if not torch.equal(start[k], trained[k]))
+    assert changed == ["head.bias", "head.weight"]  # the backbone kept the folder's weights
+
+
 def test_cli_refusal_is_one_line_with_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = _vit_folder(tmp_path / "hf")
@@ -131,3 +152,14 @@ def test_cli_refusal_is_one_line_with_exit_2(tmp_path, capsys, monkeypatch):
                  "--data.img_size", "16", "--data.num_workers", "0", "--trainer.max_epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {config}: asks for the folder's own code (trust_remote_code")
+
+
+def test_the_normalisation_of_a_checkpoint_comes_from_where_it_was_trained(tmp_path):
+    weights = tmp_path / "clip.pt"
+    weights.write_bytes(b"")  # a state dict file: the name's configuration says
+    assert pretrained_normalisation("vit_base_patch16_clip_224", str(weights)) == {"mean": OPENAI_CLIP_MEAN,
+                                                                                   "std": OPENAI_CLIP_STD}
+    (tmp_path / "run").mkdir()
+    run = classifier_checkpoint(tmp_path / "run" / "best.ckpt").parent  # a run of ours: what it trained with
+    assert pretrained_normalisation("vit_tiny_patch16_224", str(run)) == {"mean": (0.485, 0.456, 0.406),
+                                                                          "std": (0.229, 0.224, 0.225)}

@@ -137,7 +137,8 @@ def create_model(
     elif pretrained is not None:
         load_checkpoint(model, pretrained, optional=new_keys)
     if name in _CFGS:
-        model.pretrained_cfg = model.default_cfg = model_cfg(name, _CFGS[name], model, img_size)
+        cfg = _CFGS[name] if folder is None else {**_CFGS[name], **folder.normalisation()}
+        model.pretrained_cfg = model.default_cfg = model_cfg(name, cfg, model, img_size)
     if features_only and ":" not in name:
         model = FeatureModule(model, out_indices, output_fmt, norm=_feature_norm(name, feature_cfg))
     return model

@@ -18,9 +18,11 @@ from vision_attn.io.json import read_json
 from vision_attn.io.state_dict import StateDict, read_checkpoint
 from vision_attn.models.hf.family import Family, family_of
 
-__all__ = ["TransformersFolder", "transformers_folder", "read_transformers_folder", "CONFIG", "WEIGHTS"]
+__all__ = ["TransformersFolder", "transformers_folder", "read_transformers_folder", "read_normalisation", "CONFIG",
+           "WEIGHTS"]
 
 CONFIG = "config.json"
+PREPROCESSOR = "preprocessor_config.json"  # the image processor's settings: its mean and std are read
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # transformers' names, in its order of preference
 _INDEX = ".index.json"
 _MAX_CONFIG_BYTES = 1 << 20  # a vision config is 1-3 kB (id2label of 21k classes: about 600 kB)
@@ -47,9 +49,32 @@ class TransformersFolder:
         (``num_classes``: the file's head, 0 when it has none)."""
         return self.family.model_args(self.config, self.state_dict)
 
+    def normalisation(self) -> dict[str, tuple[float, ...]]:
+        """``mean`` and ``std`` of the folder's ``preprocessor_config.json`` (``image_mean``,
+        ``image_std``: CLIP's and SigLIP's differ from ImageNet's), or {} when it has none."""
+        return read_normalisation(self.folder)
+
     def our_state_dict(self) -> StateDict:
         """The weights under vision_attn's keys."""
         return self.family.to_ours(self.state_dict, self.config)
+
+
+def read_normalisation(folder: str | os.PathLike) -> dict[str, tuple[float, ...]]:
+    """``{"mean": ..., "std": ...}`` from the ``preprocessor_config.json`` in ``folder`` (what
+    transformers' image processor normalises with), or {} when there is none or it states neither."""
+    path = Path(folder) / PREPROCESSOR
+    if not path.is_file():
+        return {}
+    config = read_json(path, what="transformers preprocessor config", max_bytes=_MAX_CONFIG_BYTES, error=CheckpointError)
+    out: dict[str, tuple[float, ...]] = {}
+    for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
+        value = config.get(theirs) if isinstance(config, dict) else None
+        if value is None:
+            continue
+        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value)):
+            raise CheckpointError(f"{path}: {theirs}={value!r} is not three numbers (R, G, B)")
+        out[ours] = tuple(float(v) for v in value)
+    return out
 
 
 def _has_config(folder: Path) -> bool:

@@ -49,7 +49,8 @@ class ClassificationDataModule(ResumableDataModule):
             rand_augment_magnitude: their strength in [0, 10].
         random_erasing: probability of erasing a random rectangle with random pixels (0: none; DeiT 0.25).
         crop_pct: evaluation crop: resize to ``img_size / crop_pct``, centre crop ``img_size``.
-        mean: normalisation mean (RGB, 0..1); std: its standard deviation.
+        mean: normalisation mean (RGB, 0..1); std: its standard deviation (None: ImageNet's; training
+            from a pretrained checkpoint fills in the checkpoint's, e.g. CLIP's, see ``train cls``).
         interpolation: resampling of the crops and resizes.
         num_workers: loader processes (0: load in the training process).
         persistent_workers: keep the workers between epochs.
@@ -75,8 +76,8 @@ class ClassificationDataModule(ResumableDataModule):
         rand_augment_magnitude: float = 9.0,
         random_erasing: float = 0.0,
         crop_pct: float = 0.875,
-        mean: tuple[float, float, float] = IMAGENET_MEAN,
-        std: tuple[float, float, float] = IMAGENET_STD,
+        mean: tuple[float, float, float] | None = None,
+        std: tuple[float, float, float] | None = None,
         interpolation: Literal["nearest", "bilinear", "bicubic", "area", "lanczos"] = "bicubic",
         num_workers: int = 2,
         persistent_workers: bool = True,
@@ -84,6 +85,7 @@ class ClassificationDataModule(ResumableDataModule):
         drop_last: bool = True,
         seed: int = 0,
     ) -> None:
+        mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD  # before save_hyperparameters reads them
         super().__init__()
         check_loader_args(batch_size, eval_batch_size, num_workers)
         self.save_hyperparameters()

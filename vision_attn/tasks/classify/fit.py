@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from vision_attn.errors import DataError
 from vision_attn.tasks.classify.data import ClassificationDataModule
 from vision_attn.tasks.classify.module import ClassificationModule
-from vision_attn.tasks.classify.network import build_network
+from vision_attn.tasks.classify.network import build_network, network_spec, pretrained_normalisation
 from vision_attn.tasks.classify.plots import CLASSIFICATION_PANELS, plot_confusion
 from vision_attn.tasks.classify.run import accuracy_report, load_classifier_run
 from vision_attn.tasks.config import to_dict
@@ -36,6 +36,13 @@ def train_classifier(config: Sequence[str] | Mapping[str, Any] | Any = (), *, ec
 
 def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     data_cfg = to_dict(cfg)["data"]
+    model_cfg = to_dict(cfg)["model"]
+    if data_cfg.get("mean") is None and data_cfg.get("std") is None and model_cfg.get("pretrained"):
+        name, _ = network_spec(model_cfg["name"], model_cfg["model_kwargs"], model_cfg["pretrained"])
+        found = pretrained_normalisation(name, model_cfg["pretrained"])
+        if found:
+            data_cfg.update(found)
+            say(f"data: normalised as the checkpoint was, mean {_triple(found['mean'])}, std {_triple(found['std'])}")
     datamodule = ClassificationDataModule(**data_cfg)
     splits = datamodule.scan()
     say(f"data: {splits.summary()}")
@@ -44,7 +51,6 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
     if len(splits.classes) < 2:
         raise DataError(f"{splits.root}: one class folder ({', '.join(splits.classes)}); a classifier needs two or "
                         "more class folders (train/CLASS/...)")
-    model_cfg = to_dict(cfg)["model"]
     module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
                                   class_names=splits.classes)
     params = sum(p.numel() for p in module.model.parameters())
@@ -88,6 +94,10 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "gmacs": round(flops.gmacs, 6),
         "per_class_accuracy": report.get("per_class_accuracy", {}),
     }
+
+
+def _triple(values) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
 
 
 def _pct(x: float | None) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -72,6 +72,8 @@ class ClassificationModule(pl.LightningModule):
             (the student's images are resized to it; default: the size of the teacher's run, else none).
         channels_last: NHWC memory layout (None: on for CNNs).
         compile: ``torch.compile`` the network (opt in: compiling takes tens of seconds).
+        freeze: ``"backbone"``: a linear probe: only the classifier trains (the rest keeps the
+            pretrained weights, in eval mode: no dropout, BatchNorm statistics kept); ``"none"``: all.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class ClassificationModule(pl.LightningModule):
         teacher_img_size: int | None = None,
         channels_last: bool | None = None,
         compile: bool = False,
+        freeze: Literal["none", "backbone"] = "none",
     ) -> None:
         name, model_kwargs = network_spec(name, model_kwargs, pretrained)  # before save_hyperparameters reads them
         super().__init__()
@@ -119,6 +122,13 @@ class ClassificationModule(pl.LightningModule):
         self.model = build_network(name, model_kwargs, attention=attention, pretrained=pretrained,
                                    num_classes=num_classes, img_size=img_size)
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        if freeze not in ("none", "backbone"):
+            raise ConfigError(f"model.freeze={freeze!r}: give 'backbone' (train the classifier only) or 'none'")
+        self._heads = self._classifiers() if freeze == "backbone" else ()  # a tuple: no second registration
+        if self._heads:
+            self.model.requires_grad_(False)
+            for head in self._heads:
+                head.requires_grad_(True)
         self.use_channels_last = is_cnn(self.model) if channels_last is None else channels_last
         if self.use_channels_last:
             self.model.to(memory_format=torch.channels_last)
@@ -242,6 +252,24 @@ class ClassificationModule(pl.LightningModule):
         return self(x).float().softmax(dim=-1)
 
     # ---------------------------------------------------------------- optimisation
+    def _classifiers(self) -> tuple[nn.Module, ...]:
+        """The classifier(s) a linear probe trains: ``get_classifier()`` (and DeiT's distillation head)."""
+        heads = (self.model.get_classifier(), getattr(self.model, "head_dist", None))
+        heads = tuple(h for h in heads if isinstance(h, nn.Module) and any(True for _ in h.parameters()))
+        if not heads:
+            raise ConfigError(f"model.freeze=backbone: {type(self.model).__name__} has no classifier to train "
+                              "(num_classes=0?); give a class count or freeze: none")
+        return heads
+
+    def train(self, mode: bool = True) -> "ClassificationModule":
+        """Lightning's train/eval switch; under ``freeze="backbone"`` the backbone stays in eval mode."""
+        super().train(mode)
+        if mode and getattr(self, "_heads", ()):
+            self.model.eval()
+            for head in self._heads:
+                head.train()
+        return self
+
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         groups = param_groups(self.model, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay)

@@ -2,14 +2,19 @@
 image size, as training builds it and as a trained run is rebuilt from its checkpoint."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from vision_attn.io.state_dict import read_checkpoint
 from vision_attn.models import create_model
 from vision_attn.models.hf import read_transformers_folder, transformers_folder
+from vision_attn.models.hf.folder import read_normalisation
+from vision_attn.models.registry import get_pretrained_cfg
 
-__all__ = ["build_network", "network_spec", "DEFAULT_MODEL"]
+__all__ = ["build_network", "network_spec", "pretrained_normalisation", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "vit_tiny_patch16_224"
 
@@ -25,6 +30,24 @@ def network_spec(name: str | None, model_kwargs: dict[str, Any] | None,
         args = {k: v for k, v in args.items() if k not in ("num_classes", "img_size")}
         return name or base, {**args, **(model_kwargs or {})}
     return name or DEFAULT_MODEL, model_kwargs
+
+
+def pretrained_normalisation(name: str, pretrained: str) -> dict[str, tuple[float, ...]]:
+    """The ``mean`` and ``std`` the images of the pretrained checkpoint were normalised with: a
+    transformers folder's ``preprocessor_config.json``, a vision_attn run's data settings, else the
+    registered name's input
+    configuration (CLIP's constants for the CLIP towers, 0.5 for Google's ViTs); {} when neither says."""
+    folder = transformers_folder(pretrained)
+    found = read_normalisation(folder) if folder is not None else {}
+    if folder is None and (Path(pretrained).is_dir() or Path(pretrained).suffix == ".ckpt"):  # a run of ours
+        ckpt = read_checkpoint(pretrained)
+        data = ckpt.get("datamodule_hyper_parameters") if isinstance(ckpt, dict) else None
+        if isinstance(data, dict):  # what it trained with (a run states it; before, the default was ImageNet's)
+            return {"mean": tuple(data.get("mean") or IMAGENET_MEAN), "std": tuple(data.get("std") or IMAGENET_STD)}
+    if len(found) < 2:
+        cfg = get_pretrained_cfg(name) or {}
+        found = {k: tuple(cfg[k]) for k in ("mean", "std") if k in cfg}
+    return found if len(found) == 2 else {}
 
 
 def build_network(name: str, model_kwargs: dict[str, Any] | None = None, *, attention: Any = None,
