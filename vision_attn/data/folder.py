@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
-from vision_attn.data.faults import DECODE_ERRORS, IMAGE_EXTENSIONS, SKIP_HINT, Faults, image_reason, walk_images
+from vision_attn.data.decode import read_image
+from vision_attn.data.faults import IMAGE_EXTENSIONS, SKIP_HINT, Faults, walk_images
 from vision_attn.errors import DataError
 
 __all__ = ["IMAGE_EXTENSIONS", "image_paths", "FolderScan", "ImageFolder", "scan_folder", "split_samples",
@@ -96,19 +96,9 @@ def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role:
 
 def load_image(path: str | Path) -> np.ndarray:
     """Decode the image at ``path`` to an (H, W, 3) uint8 RGB array; a file that does not decode
-    completely (corrupt, truncated, not an image, gone) raises a :class:`DataError` naming it."""
-    try:
-        with Image.open(path) as img:
-            img.load()  # decode now: a truncated file fails here, not later
-            if img.mode in ("I;16", "I;16B", "I;16L", "I"):
-                arr = np.asarray(img, dtype=np.float64)
-                img = Image.fromarray((arr * (255.0 / max(arr.max(), 1.0))).astype(np.uint8))
-            rgb = img.convert("RGB")
-    except FileNotFoundError:
-        raise DataError(f"{path}: the image disappeared since the folder was scanned; scan again") from None
-    except DECODE_ERRORS as e:
-        raise DataError(f"{path}: {image_reason(e)}: {SKIP_HINT}") from None
-    return np.asarray(rgb)
+    completely (corrupt, truncated, not an image, gone) raises a :class:`DataError` naming it
+    (:func:`~vision_attn.data.decode.read_image` at full size)."""
+    return read_image(path)[0]
 
 
 def split_samples(samples: Sequence[Sample], val_fraction: float, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
@@ -135,7 +125,9 @@ class ImageFolder(torch.utils.data.Dataset):
     """Samples ``(path, label)`` -> (transformed image, label).
 
     With an albumentations ``transform`` ending in ``ToTensorV2`` an item is a (3, H, W) float tensor
-    and an int label; without one, the (H, W, 3) uint8 array. ``classes`` names the labels.
+    and an int label; without one, the (H, W, 3) uint8 array. A transform with a ``read(path)``
+    method (:mod:`~vision_attn.data.file_transforms`: the crop drawn before decoding, a JPEG decoded
+    at reduced size) is handed the path instead of the decoded array. ``classes`` names the labels.
     """
 
     def __init__(self, samples: Sequence[Sample], classes: Sequence[str],
@@ -149,6 +141,9 @@ class ImageFolder(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         path, label = self.samples[index]
+        read = getattr(self.transform, "read", None)
+        if read is not None:
+            return read(path), label
         image = load_image(path)
         if self.transform is not None:
             image = self.transform(image=image)["image"]

@@ -22,6 +22,7 @@ from vision_attn.data import (
     materialise,
     train_transforms,
 )
+from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError
 from vision_attn.tasks.data_module import ResumableDataModule
@@ -124,8 +125,10 @@ class ClassificationDataModule(ResumableDataModule):
                                     rand_augment_magnitude=hp.rand_augment_magnitude,
                                     random_erasing=hp.random_erasing, mean=hp.mean, std=hp.std,
                                     interpolation=hp.interpolation, seed=hp.seed)
-        self.train_set = ImageFolder(splits.train, splits.classes, train_tf)
-        self.val_set = ImageFolder(splits.val, splits.classes, self.eval_transform())
+        # from the file: the crop drawn on the header's size, a JPEG decoded at reduced size where the
+        # crop allows (data/file_transforms.py); a full-size decode gives the Compose's tensor bit for bit
+        self.train_set = ImageFolder(splits.train, splits.classes, TrainFileTransform(train_tf))
+        self.val_set = ImageFolder(splits.val, splits.classes, EvalFileTransform(self.eval_transform()))
         if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
             raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
                               f"images, and data.drop_last drops the only batch: lower data.batch_size")

@@ -1,0 +1,229 @@
+"""Per-core throughput of the classification pipelines from the file against timm's, and against decoding alone.
+
+One process, one thread (torch and OpenCV), the pipelines measured in alternating rounds over the same
+``--images`` JPEG files (scikit-learn's sample photos cut into crops of about 500x375, quality 90, the
+files tools/bench_data.py makes; ``--side`` other than 500 resizes them so that the longer side is
+that long); each figure is the median of ``--rounds`` rounds, in images per second:
+
+- ``decode``: PIL decoding each file at full size (``Image.open`` + ``load``): what a pipeline that
+  decodes every file at full size cannot beat; ``decode+rgb``: the same plus the RGB array that
+  today's ``load_image`` made (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
+- ``ours``: vision_attn's pipelines from the file (data/file_transforms.py: the crop drawn on the
+  header's size, a JPEG decoded at 1/2, 1/4 or 1/8 where the crop stays at least the output size,
+  uint8 to the normalisation, OpenCV's JPEG decoder: the default); ``ours (full decode)``: the same
+  with ``reduce=False``; ``ours (pil)``: with PIL's JPEG decoder (``decoder="pil"``); ``before``:
+  the albumentations Compose on today's decoded array (what training ran before file_transforms);
+- ``timm``: ``timm.data.transforms_imagenet_train`` (what ``create_transform(is_training=True)``
+  calls) with equal settings: bicubic RandomResizedCrop (0.08-1, 3/4-4/3), flip 0.5, colour jitter
+  0.4 with probability 0.8 (``force_color_jitter``: timm turns it off under RandAugment unless told),
+  ``rand-m9-n2`` and per-pixel random erasing 0.25 (``on``), or neither (``off``); eval:
+  ``create_transform(is_training=False, crop_pct=0.875, interpolation="bicubic")``; each on the file
+  read as timm's ``ImageDataset`` reads it (``Image.open(f).convert("RGB")``).
+
+Then through a DataLoader (batch 32, ``--workers`` processes with one thread each, after a warm-up
+pass, alternating): ours through training's own loader, timm's through a plain DataLoader.
+
+    .venv/bin/python tools/bench_loader.py [--images 300] [--rounds 5] [--size 224] [--workers 1 2] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_data import make_photos  # noqa: E402
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+
+
+def _old_load(path: str) -> np.ndarray:
+    """Today's load_image before data/decode.py (a convert copy and an array copy)."""
+    with Image.open(path) as img:
+        img.load()
+        return np.asarray(img.convert("RGB"))
+
+
+def _timm_read(path: str) -> Image.Image:
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+def pipelines(size: int) -> tuple[dict[str, Callable[[str], object]], dict[str, object]]:
+    """name -> function(path) of every pipeline measured, and our file transforms (their decode counts)."""
+    from timm.data import create_transform
+    from timm.data.transforms_factory import transforms_imagenet_train
+
+    from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
+    from vision_attn.data.transforms import eval_transforms, train_transforms
+
+    def ours_train(on: bool):
+        return train_transforms(size, color_jitter=0.4, rand_augment=2 if on else 0,
+                                random_erasing=0.25 if on else 0.0, seed=0)
+
+    def timm_train(on: bool):
+        return transforms_imagenet_train(size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), hflip=0.5,
+                                         color_jitter=0.4, color_jitter_prob=0.8, force_color_jitter=True,
+                                         auto_augment="rand-m9-n2" if on else None, interpolation="bicubic",
+                                         re_prob=0.25 if on else 0.0, re_mode="pixel")
+
+    out: dict[str, Callable[[str], object]] = {}
+
+    def decode(p):
+        with Image.open(p) as img:
+            img.load()
+
+    def decode_cv2(p):
+        cv2.imdecode(np.fromfile(p, dtype=np.uint8), cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
+
+    out["decode"] = decode
+    out["decode (opencv)"] = decode_cv2
+    out["decode+rgb"] = _old_load
+    for on in (True, False):
+        tag = "on" if on else "off"
+        fast, full, before, timm_tf = (TrainFileTransform(ours_train(on)),
+                                       TrainFileTransform(ours_train(on), reduce=False), ours_train(on), timm_train(on))
+        out[f"train {tag}: ours"] = fast.read
+        out[f"train {tag}: ours (full decode)"] = full.read
+        out[f"train {tag}: ours (pil)"] = TrainFileTransform(ours_train(on), decoder="pil").read
+        out[f"train {tag}: before"] = lambda p, c=before: c(image=_old_load(p))["image"]
+        out[f"train {tag}: timm"] = lambda p, t=timm_tf: t(_timm_read(p))
+    ev, ev_before = EvalFileTransform(eval_transforms(size)), eval_transforms(size)
+    timm_ev = create_transform(size, is_training=False, crop_pct=0.875, interpolation="bicubic")
+    out["eval: ours"] = ev.read
+    out["eval: ours (pil)"] = EvalFileTransform(eval_transforms(size), decoder="pil").read
+    out["eval: before"] = lambda p: ev_before(image=_old_load(p))["image"]
+    out["eval: timm"] = lambda p: timm_ev(_timm_read(p))
+    ours = {"train on": out["train on: ours"].__self__, "train off": out["train off: ours"].__self__, "eval": ev}
+    return out, ours
+
+
+def per_core(paths: list[str], size: int, rounds: int) -> dict[str, dict]:
+    """Images/s of each pipeline on one thread, alternating rounds; median and all rounds."""
+    _one_thread()
+    fns, ours = pipelines(size)
+    for fn in fns.values():  # warm-up: first calls, file cache
+        for p in paths[:16]:
+            fn(p)
+    for t in ours.values():
+        t.factors.clear()
+    rates: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(rounds):
+        order = list(fns) if r % 2 == 0 else list(fns)[::-1]
+        for name in order:
+            fn = fns[name]
+            start = time.perf_counter()
+            for p in paths:
+                fn(p)
+            rates[name].append(len(paths) / (time.perf_counter() - start))
+    factors = {k: {str(f): n for f, n in sorted(t.factors.items())} for k, t in ours.items()}
+    def vs(name: str, peer: str) -> float:  # the median of the per-round ratios
+        return round(statistics.median(a / b for a, b in zip(rates[name], rates[peer])), 2)
+
+    out = {k: {"images_per_s": round(statistics.median(v), 1), "rounds": [round(x, 1) for x in v]}
+           for k, v in rates.items()}
+    for name in out:
+        group = name.split(":")[0]
+        if ":" in name:
+            out[name]["x_timm"] = vs(name, f"{group}: timm")
+        out[name]["x_decode"] = vs(name, "decode")
+    return {"rates": out, "decode_factors": factors}
+
+
+class _Files(torch.utils.data.Dataset):
+    def __init__(self, paths: list[str], fn: Callable[[str], torch.Tensor]) -> None:
+        self.paths, self.fn = paths, fn
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        return self.fn(self.paths[i]), 0
+
+
+def loader_rates(paths: list[str], size: int, workers: int, passes: int) -> dict[str, float]:
+    """Images/s through a DataLoader (batch 32, ``workers`` processes with one thread each), ours
+    through training's own loader (``make_loader``: ImageFolder, the per-item seeds of EpochItems),
+    timm's through a plain DataLoader over its ImageDataset's reading; alternating."""
+    from vision_attn.data import ImageFolder
+    from vision_attn.data.loader import make_loader
+
+    _one_thread()  # the workers are forked from here: OpenCV's and torch's one thread carry over
+    fns, ours = pipelines(size)
+    samples = [(p, 0) for p in paths]
+    loaders = {}
+    for name in ("train on", "train off", "eval"):
+        loaders[f"{name}: ours"] = make_loader(ImageFolder(samples, ["0"], ours[name]), 32, train=name != "eval",
+                                               num_workers=workers, persistent_workers=True, pin_memory=False,
+                                               drop_last=False, seed=0)
+        loaders[f"{name}: timm"] = torch.utils.data.DataLoader(
+            _Files(paths, fns[f"{name}: timm"]), batch_size=32, num_workers=workers, persistent_workers=True,
+            worker_init_fn=lambda _: _one_thread(), prefetch_factor=4)
+    names = list(loaders)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:  # warm-up: start the workers
+        for _ in loaders[n]:
+            pass
+    for r in range(passes):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            count = sum(x.shape[0] for x, _ in loaders[n])
+            rates[n].append(count / (time.perf_counter() - start))
+    return {n: round(statistics.median(v), 1) for n, v in rates.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--side", type=int, default=500, help="longer side of the files (500: ImageNet-like)")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--passes", type=int, default=3, help="timed DataLoader passes per pipeline")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = make_photos(Path(tmp), args.images)
+        paths = [p for p, _ in samples]
+        if args.side != 500:
+            for p in paths:
+                img = Image.open(p)
+                img.resize((args.side, round(img.size[1] * args.side / img.size[0])), Image.BICUBIC).save(p, quality=90)
+        with Image.open(paths[0]) as img:
+            file_size = img.size
+        result = {"size": args.size, "images": args.images, "file_size": list(file_size),
+                  "per_core": per_core(paths, args.size, args.rounds),
+                  "loader": {str(w): loader_rates(paths, args.size, w, args.passes) for w in args.workers},
+                  "cpus": os.cpu_count(), "torch": torch.__version__}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    rates = result["per_core"]["rates"]
+    print(f"{args.images} JPEGs of {file_size[0]}x{file_size[1]} (q90) at {args.size} px, one thread, "
+          f"median of {args.rounds} alternating rounds (images/s; ratios: medians of the per-round ratios):")
+    for name, r in rates.items():
+        vs_timm = f"{r['x_timm']:4.2f}x timm" if "x_timm" in r else " " * 10
+        print(f"  {name:30s} {r['images_per_s']:8.1f}  {vs_timm}  {r['x_decode']:4.2f}x decode-only")
+    print(f"  decode factors (ours): {result['per_core']['decode_factors']}")
+    for w, r in result["loader"].items():
+        print(f"DataLoader, {w} worker(s), batch 32: " + ", ".join(f"{k} {v}" for k, v in r.items()))
+
+
+if __name__ == "__main__":
+    main()
