@@ -68,7 +68,8 @@ def timm_model(name: str, **kwargs: Any) -> nn.Module:
 
 register_prefix("timm", timm_model)
 
-_CFG = data_cfg(224, crop_pct=0.95, first_conv="conv1")  # timm's default weights for these names (a1_in1k)
+_CFG = data_cfg(224, crop_pct=0.95, first_conv="conv1", fixed_input_size=False, test_img_size=288,
+                test_crop_pct=1.0)  # timm's default weights for these names (a1_in1k)
 
 
 @register_model(cfg=_CFG)

@@ -16,7 +16,8 @@ levels run, through small hooks:
 - ``reset_classifier(num_classes)``: a new head (0: none, the model returns pooled features);
   ``_prune_head()`` (default ``reset_classifier(0)``) removes everything after the final norm.
 
-and the mixin gives ``forward_intermediates`` (timm's arguments and meaning),
+and the mixin gives ``forward_intermediates`` (timm's arguments and meaning), ``level_outputs`` (the
+levels' outputs as computed, what timm's hooks on them see),
 ``prune_intermediate_layers``, ``set_grad_checkpointing``, ``head_hidden_size`` and the
 ``features_only`` defaults (``default_out_indices``, ``output_fmts``).
 """
@@ -104,15 +105,29 @@ class TimmContract:
         fmt = check_output_fmt(output_fmt or self.output_fmts[0], self.output_fmts)
         levels = self._levels()
         take, last = take_indices(len(levels), indices)
-        x, context = self._begin(x)
         maps = []
-        for i in range(last + 1 if stop_early else len(levels)):
-            x = self._run_level(i, x, context)
+        for i, x, context in self._walk(x, last + 1 if stop_early else len(levels)):
             if i in take:
                 maps.append(self._feature_map(i, x, context, norm, fmt))
         if intermediates_only:
             return maps
         return self._end(x), maps
+
+    def level_outputs(self, x: torch.Tensor, indices: int | Sequence[int] | None = None) -> list[torch.Tensor]:
+        """The outputs of the levels ``indices`` (as :meth:`forward_intermediates` counts them) as the
+        levels compute them, no level run after the last taken: a ViT block's tokens (B, prefix + h*w, D),
+        a Swin stage's (B, H, W, C), a ResNet stage's (B, C, H, W). What timm's forward hooks on the
+        ``feature_info`` modules return (``features_only`` with ``feature_cls`` ``"hook"``, ``"fx"``,
+        ``"list"`` or ``"dict"``)."""
+        take, last = take_indices(len(self._levels()), indices)
+        return [y for i, y, _ in self._walk(x, last + 1) if i in take]
+
+    def _walk(self, x: torch.Tensor, count: int):
+        """Images through the first ``count`` levels: yields ``(i, level i's output, context)``."""
+        x, context = self._begin(x)
+        for i in range(count):
+            x = self._run_level(i, x, context)
+            yield i, x, context
 
     def prune_intermediate_layers(self, indices: int | Sequence[int] | None = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> list[int]:

@@ -81,6 +81,7 @@ def create_model(
     out_indices: int | Sequence[int] | None = None,
     output_fmt: str | None = None,
     feature_cfg: Mapping[str, Any] | None = None,
+    feature_cls: str | None = None,
     **kwargs,
 ) -> nn.Module:
     """Build the registered model ``name`` (or ``"timm:NAME"``, any timm model).
@@ -105,8 +106,10 @@ def create_model(
     As in timm, ``features_only=True`` returns the feature maps instead
     (:class:`~vision_attn.models.features.FeatureModule`): those of the levels ``out_indices`` (as
     ``forward_intermediates`` counts them; default the family's, as timm's), in ``output_fmt``, with
-    the final norm applied when ``feature_cfg={"norm": True}``. The model carries its name's input
-    configuration as ``pretrained_cfg`` (:mod:`vision_attn.models.pretrained_cfg`).
+    the final norm applied when ``feature_cfg={"norm": True}``, in the container and layout of timm's
+    ``feature_cls`` (``"list"``, ``"dict"``, ``"hook"``, ``"fx"``, ``"getter"``; default the family's).
+    The model carries its name's input configuration as ``pretrained_cfg``
+    (:mod:`vision_attn.models.pretrained_cfg`).
     """
     folder = None
     if pretrained is not None and (name is None or ":" not in name) and transformers_folder(pretrained):
@@ -121,7 +124,8 @@ def create_model(
         kwargs["num_classes"] = num_classes
     if img_size is not None:
         kwargs["img_size"] = img_size
-    feature_args = {"out_indices": out_indices, "output_fmt": output_fmt, "feature_cfg": feature_cfg}
+    feature_args = {"out_indices": out_indices, "output_fmt": output_fmt, "feature_cfg": feature_cfg,
+                    "feature_cls": feature_cls}
     if not features_only:
         given = [k for k, v in feature_args.items() if v is not None]
         if given:
@@ -140,7 +144,8 @@ def create_model(
         cfg = _CFGS[name] if folder is None else {**_CFGS[name], **folder.normalisation()}
         model.pretrained_cfg = model.default_cfg = model_cfg(name, cfg, model, img_size)
     if features_only and ":" not in name:
-        model = FeatureModule(model, out_indices, output_fmt, norm=_feature_norm(name, feature_cfg))
+        model = FeatureModule(model, out_indices, output_fmt, norm=_feature_norm(name, feature_cfg),
+                              feature_cls=feature_cls)
     return model
 
 

@@ -84,7 +84,8 @@ class VisionTransformer(TimmContract, nn.Module):
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
     ``act_layer`` a class or a name of :data:`~vision_attn.layers.ACT_LAYERS` (``"quick_gelu"``);
     ``ffn_layer`` a class or a name of :data:`~vision_attn.layers.FFN_LAYERS` (``"swiglu"``);
-    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s). Named, they are plain data that a
+    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s). ``dynamic_img_size`` is accepted as
+    timm's argument and changes nothing: every size runs (timm's models need it for other sizes). Named, they are plain data that a
     run records (a model read from a transformers folder states them so).
     CLIP's towers take ``pre_norm=True`` (a norm ``norm_pre`` over the embedded tokens before the
     blocks, OpenAI's ``ln_pre``; the patch projection then has no bias unless ``patch_bias``), and
@@ -136,12 +137,16 @@ class VisionTransformer(TimmContract, nn.Module):
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         dynamic_img_pad: bool = False,
+        dynamic_img_size: bool = True,
         pre_norm: bool = False,
         patch_bias: bool | None = None,
         head_bias: bool = True,
     ) -> None:
         super().__init__()
         check_pos_embed_kind(pos_embed)
+        if not isinstance(dynamic_img_size, bool):
+            raise ConfigError(f"dynamic_img_size={dynamic_img_size!r}: give True or False (any multiple of the patch "
+                              "size runs either way)")
         if global_pool not in ("token", "avg", "map"):
             raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
                               f"tokens) or 'map' (attention pooling with a learned query, SigLIP)")
