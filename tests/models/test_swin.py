@@ -239,3 +239,11 @@ def test_foreign_keys_are_named(tmp_path):
     torch.save(state, path)
     with pytest.raises(CheckpointError, match="absolute_pos_embed"):
         vision_attn.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), pretrained=path)
+
+
+def test_a_patch_size_given_as_a_pair_gives_timms_reductions_and_pool_size():
+    """A transformers config states pairs (patch_size [4, 4]): feature_info's reductions stay numbers."""
+    with torch.device("meta"):
+        model = vision_attn.create_model("swin_tiny_patch4_window7_224", patch_size=(4, 4))
+    assert [f["reduction"] for f in model.feature_info] == [4, 8, 16, 32]
+    assert model.pretrained_cfg["pool_size"] == (7, 7)

@@ -197,7 +197,8 @@ class SwinTransformer(TimmContract, nn.Module):
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate, attn_drop=attn_drop_rate,
                 drop_path=dpr[i].tolist(), norm_layer=norm_layer, block_layer=block_layer, merge_layer=merge_layer,
                 attn_layer=attn_layers[i]))
-            self.feature_info.append(dict(num_chs=dims[i], reduction=patch_size * 2**i, module=f"layers.{i}"))
+            stride = max(to_2tuple(patch_size))  # timm's reduction is one number (a pair's: its larger side)
+            self.feature_info.append(dict(num_chs=dims[i], reduction=stride * 2**i, module=f"layers.{i}"))
         self.layers = nn.Sequential(*stages)
         self.norm = norm_layer(self.num_features)
         self.head = ClassifierHead(self.num_features, num_classes, drop_rate)
