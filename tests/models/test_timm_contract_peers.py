@@ -179,6 +179,19 @@ def _timm_features(name, **feature_kwargs):
     return model, weights
 
 
+def _same_container(ours, theirs, x: torch.Tensor) -> tuple[list, list]:
+    """Both feature models on ``x``: the same container (list, or dict with the same keys) of maps of
+    the same shapes; the maps, ours then timm's."""
+    with torch.no_grad():
+        want, got = theirs(x), ours(x)
+    assert type(got) is type(want)
+    if isinstance(want, dict):
+        assert list(got) == list(want)
+        want, got = list(want.values()), list(got.values())
+    assert [t.shape for t in got] == [t.shape for t in want]
+    return list(got), list(want)
+
+
 @pytest.mark.parametrize("feature_cls", FEATURE_CLS)
 @pytest.mark.parametrize("name", list(FEATURE_CASES))
 def test_feature_cls_gives_what_timms_gives(name, feature_cls):
@@ -197,14 +210,7 @@ def test_feature_cls_gives_what_timms_gives(name, feature_cls):
         ours = vision_attn.create_model(name, **kwargs, features_only=True, feature_cls=feature_cls).eval()
     if weights is not None:
         ours.model.load_state_dict({k: weights[k] for k in ours.model.state_dict()})
-    x = torch.randn(2, 3, *size, device=device)
-    with torch.no_grad():
-        want, got = theirs(x), ours(x)
-    assert type(got) is type(want)
-    if isinstance(want, dict):
-        assert list(got) == list(want)
-        want, got = list(want.values()), list(got.values())
-    assert [t.shape for t in got] == [t.shape for t in want]
+    got, want = _same_container(ours, theirs, torch.randn(2, 3, *size, device=device))
     if weights is not None:
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
@@ -229,14 +235,7 @@ def test_feature_cls_spellings_and_indices_like_timm(name, feature_cls, out_indi
     with torch.device(device):
         ours = vision_attn.create_model(name, **kwargs, features_only=True, feature_cls=feature_cls,
                                         out_indices=out_indices)
-    x = torch.randn(1, 3, *size, device=device)
-    with torch.no_grad():
-        want, got = theirs(x), ours(x)
-    assert type(got) is type(want)
-    if isinstance(want, dict):
-        assert list(got) == list(want)
-        want, got = list(want.values()), list(got.values())
-    assert [t.shape for t in got] == [t.shape for t in want]
+    _same_container(ours, theirs, torch.randn(1, 3, *size, device=device))
 
 
 def test_feature_cls_is_checked():

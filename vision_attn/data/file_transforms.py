@@ -25,6 +25,7 @@ Both keep the ``Compose``'s interface: ``transform(image=array)`` runs the ``Com
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network check on import
@@ -45,7 +46,7 @@ __all__ = ["FileTransform", "TrainFileTransform", "EvalFileTransform", "DEFAULT_
 DEFAULT_DECODER = "opencv"
 
 
-class FileTransform:
+class FileTransform(ABC):
     """An albumentations ``Compose`` ending in ``Normalize`` + ``ToTensorV2``, run from a file by
     :meth:`read` (``ImageFolder`` calls it); ``reduce=False``: always decode at full size;
     ``decoder``: the JPEG decoder (:func:`~vision_attn.data.decode.read_image`)."""
@@ -84,9 +85,9 @@ class FileTransform:
         return f"{type(self).__name__}(reduce={self.reduce}, decoder={self.decoder!r}, {self.compose!r})"
 
     # -------------------------------------------------------- from the file
+    @abstractmethod
     def read(self, path: str | os.PathLike) -> torch.Tensor:
         """The (3, H, W) float32 tensor of the image at ``path``."""
-        raise NotImplementedError
 
     def _start(self) -> None:
         # Compose.__call__ draws once for its own p before its first transform: so do we

@@ -59,7 +59,7 @@ class Converted:
     max_diff: float | None
 
 
-def _sample(model: nn.Module, img_size: tuple[int, int], in_chans: int = 3) -> torch.Tensor:
+def _sample(img_size: tuple[int, int], in_chans: int = 3) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     return torch.randn(2, in_chans, *img_size, generator=generator)
 
@@ -111,7 +111,7 @@ def to_timm(model: nn.Module, name: str, path: str | Path, *, kwargs: Mapping[st
     num_classes = int(getattr(model, "num_classes", 0))
     timm_kwargs = {"img_size": tuple(img_size), **{k: v for k, v in kwargs.items() if k != "num_classes"}}
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    x = _sample(model, img_size)
+    x = _sample(img_size)
     ours = _outputs(model, x)
     checked: list[float] = []
 
@@ -164,7 +164,7 @@ def to_transformers(model: nn.Module, name: str, folder: str | Path, *, class_na
     family = FAMILIES[transformers_type(name)]
     assert family.from_ours is not None
     config, state = family.from_ours(model, model.state_dict())
-    if class_names and config.get("num_labels", len(class_names)) and getattr(model, "num_classes", 0):
+    if class_names and getattr(model, "num_classes", 0):
         config["id2label"] = {str(i): str(c) for i, c in enumerate(class_names)}
         config["label2id"] = {str(c): i for i, c in enumerate(class_names)}
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
@@ -178,7 +178,7 @@ def to_transformers(model: nn.Module, name: str, folder: str | Path, *, class_na
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if importlib.util.find_spec("transformers") is not None:
             peer = _transformers_model(config["architectures"][0], tmp)
-            x = _sample(model, img_size, int(config.get("num_channels", 3)))
+            x = _sample(img_size, int(config.get("num_channels", 3)))
             checked.append(_compare(_outputs(model, x), _outputs(peer, x), what))
 
     path = atomic_folder(folder, write, error=CheckpointError)

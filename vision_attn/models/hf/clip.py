@@ -63,10 +63,9 @@ __all__ = ["CLIP", "SIGLIP", "clip_from_ours", "siglip_from_ours"]
 # Outside the tower: visual_projection (CLIP's, no bias) -> head; text_model.*, text_projection,
 # logit_scale, logit_bias: the text tower (dropped). 4.x files before 4.31 also hold the constant
 # index buffer embeddings.position_ids (dropped: it is arange(N)).
-_Name = Name
 _PREFIX = "vision_model."
 _BLOCKS = "encoder.layers."
-_BLOCK: dict[str, _Name] = {
+_BLOCK: dict[str, Name] = {
     "norm1": "layer_norm1",
     "attn.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),  # timm packs q, k, v in this order
     "attn.proj": "self_attn.out_proj",
@@ -74,12 +73,12 @@ _BLOCK: dict[str, _Name] = {
     "mlp.fc1": "mlp.fc1",
     "mlp.fc2": "mlp.fc2",
 }
-_CLIP_TOP: dict[str, _Name] = {
+_CLIP_TOP: dict[str, Name] = {
     "patch_embed.proj": "embeddings.patch_embedding",
     "norm_pre": "pre_layrnorm",  # (sic)
     "norm": "post_layernorm",
 }
-_SIGLIP_TOP: dict[str, _Name] = {
+_SIGLIP_TOP: dict[str, Name] = {
     "patch_embed.proj": "embeddings.patch_embedding",
     "norm": "post_layernorm",
     "attn_pool.latent": "head.probe",  # a full parameter name, (1, 1, D) in both
@@ -204,7 +203,7 @@ def _tower_key(key: str, top: Mapping[str, tuple[str, int, int]],
     return lookup(key, top)
 
 
-def _to_ours(state_dict: StateDict, top_table: Mapping[str, _Name], what: str) -> StateDict:
+def _to_ours(state_dict: StateDict, top_table: Mapping[str, Name], what: str) -> StateDict:
     """Every key of the file mapped to ours, dropped with its reason (above), or refused by name."""
     top, block = inverse_table(top_table), inverse_table(_BLOCK)
     out: StateDict = {}
@@ -328,7 +327,7 @@ def _tower_config(model: nn.Module, what: str) -> dict[str, Any]:
                 layer_norm_eps=_norm_eps(model, what), attention_dropout=0.0)
 
 
-def _from_tables(state_dict: StateDict, top_table: Mapping[str, _Name], prefix: str, what: str) -> StateDict:
+def _from_tables(state_dict: StateDict, top_table: Mapping[str, Name], prefix: str, what: str) -> StateDict:
     """Our tower's keys -> transformers' (under ``prefix``); a key of ours with no place is refused."""
     out: StateDict = {}
     for key, value in state_dict.items():

@@ -67,9 +67,8 @@ __all__ = ["VIT", "DEIT", "DINOV2", "DINOV2_WITH_REGISTERS", "DEFAULTS", "ACTIVA
 # patch_embeddings.projection, mask_token, distillation_token, register_tokens}, layernorm,
 # pooler.dense (ViT/DeiT base models) and the heads, and ForImageClassification files put the base
 # model under its prefix (vit., deit., dinov2., dinov2_with_registers.).
-_Name = Name
 
-_VIT_BLOCK: dict[str, _Name] = {
+_VIT_BLOCK: dict[str, Name] = {
     "norm1": "layernorm_before",
     "attn.qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),  # timm packs q, k, v in this order
     "attn.proj": "attention.o_proj",
@@ -77,7 +76,7 @@ _VIT_BLOCK: dict[str, _Name] = {
     "mlp.fc1": "mlp.fc1",
     "mlp.fc2": "mlp.fc2",
 }
-_DINOV2_BLOCK: dict[str, _Name] = {
+_DINOV2_BLOCK: dict[str, Name] = {
     "norm1": "norm1",
     "attn.qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
     "attn.proj": "attention.o_proj",
@@ -88,7 +87,7 @@ _DINOV2_BLOCK: dict[str, _Name] = {
     "ls2.gamma": "layer_scale2.lambda1",
 }
 # our SwiGLU's fc1 is [gate; value] (act(gate) * value), transformers' act(gate_proj(x)) * up_proj(x)
-_DINOV2_SWIGLU_BLOCK: dict[str, _Name] = {**_DINOV2_BLOCK, "mlp.fc1": ("mlp.gate_proj", "mlp.up_proj"),
+_DINOV2_SWIGLU_BLOCK: dict[str, Name] = {**_DINOV2_BLOCK, "mlp.fc1": ("mlp.gate_proj", "mlp.up_proj"),
                                           "mlp.fc2": "mlp.down_proj"}
 
 # transformers 4.x (the files on people's disks), mapped to the 5.x names as transformers'
@@ -98,14 +97,14 @@ _DINOV2_SWIGLU_BLOCK: dict[str, _Name] = {**_DINOV2_BLOCK, "mlp.fc1": ("mlp.gate
 #               attention.output.dense -> attention.o_proj; intermediate.dense -> mlp.fc1; output.dense -> mlp.fc2
 #   DINOv2:     attention.attention.query/key/value -> attention.q/k/v_proj; attention.output.dense ->
 #               attention.o_proj; SwiGLU mlp.weights_in (2h, D) = [gate_proj; up_proj], mlp.weights_out -> mlp.down_proj
-_ATTENTION_LEGACY: dict[str, _Name] = {
+_ATTENTION_LEGACY: dict[str, Name] = {
     "attention.attention.query": "attention.q_proj",
     "attention.attention.key": "attention.k_proj",
     "attention.attention.value": "attention.v_proj",
     "attention.output.dense": "attention.o_proj",
 }
-_VIT_LEGACY: dict[str, _Name] = {**_ATTENTION_LEGACY, "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2"}
-_DINOV2_LEGACY: dict[str, _Name] = {**_ATTENTION_LEGACY, "mlp.weights_in": ("mlp.gate_proj", "mlp.up_proj"),
+_VIT_LEGACY: dict[str, Name] = {**_ATTENTION_LEGACY, "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2"}
+_DINOV2_LEGACY: dict[str, Name] = {**_ATTENTION_LEGACY, "mlp.weights_in": ("mlp.gate_proj", "mlp.up_proj"),
                                     "mlp.weights_out": "mlp.down_proj"}
 
 _POOLER = {"pooler.dense": "the tanh pooler of ViTModel/DeiTModel (pooler_output) has no counterpart in timm's "
@@ -120,10 +119,10 @@ class _Layout:
     model_type: str
     prefix: str
     blocks: str
-    top: Mapping[str, _Name]
-    block: tuple[Mapping[str, _Name], ...]  # the first is written; reading accepts any
+    top: Mapping[str, Name]
+    block: tuple[Mapping[str, Name], ...]  # the first is written; reading accepts any
     legacy_blocks: str
-    legacy: Mapping[str, _Name]
+    legacy: Mapping[str, Name]
     dropped: Mapping[str, str]
 
 
@@ -149,7 +148,7 @@ _SWIGLU_LAYOUT = {l.model_type: l for l in (DINOV2_LAYOUT, DINOV2_REG_LAYOUT)}
 _PARAMS = ("weight", "bias")
 
 
-def _names(key: str, table: Mapping[str, _Name]) -> tuple[str, ...] | None:
+def _names(key: str, table: Mapping[str, Name]) -> tuple[str, ...] | None:
     """``key``'s names under ``table`` (a full-name entry, or a module entry with .weight/.bias)."""
     if key in table:
         target = table[key]
@@ -224,7 +223,7 @@ def _ours(state_dict: StateDict, layout: _Layout) -> StateDict:
     return out
 
 
-def _theirs(state_dict: StateDict, layout: _Layout, block: Mapping[str, _Name], prefixed: bool) -> StateDict:
+def _theirs(state_dict: StateDict, layout: _Layout, block: Mapping[str, Name], prefixed: bool) -> StateDict:
     """Our keys -> 5.x keys (under the base-model prefix when ``prefixed``, the heads never)."""
     heads = {"head", "head_dist"}
     out: StateDict = {}
