@@ -16,6 +16,7 @@ from vision_attn.data.detection import (  # noqa: E402
     collate_detection,
 )
 from vision_attn.data.digit_boxes import DigitBoxesConfig, generate_digit_boxes, write_digit_boxes  # noqa: E402
+from vision_attn.data.digit_masks import write_digit_masks  # noqa: E402
 from vision_attn.data.folder import (  # noqa: E402
     IMAGE_EXTENSIONS,
     image_paths,
@@ -37,6 +38,6 @@ __all__ = [
     "unwrap_worker_error", "end_loader_workers", "ClassificationSplits", "load_splits", "IMAGENET_MEAN", "IMAGENET_STD",
     "eval_transforms", "train_transforms", "CocoDetection", "YoloDetection", "open_detection", "DetectionTransform",
     "letterbox_params", "DetectionDataset", "DetectionRecord", "DetectionStats", "collate_detection",
-    "DigitBoxesConfig", "generate_digit_boxes", "write_digit_boxes", "Faults", "Problem", "walk_images",
+    "DigitBoxesConfig", "generate_digit_boxes", "write_digit_boxes", "write_digit_masks", "Faults", "Problem", "walk_images",
     "check_data", "DataCheck",
 ]

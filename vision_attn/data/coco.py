@@ -10,6 +10,14 @@ image and its annotations are left out and listed). Boxes partly outside their i
 degenerate ones dropped, duplicates (same image, class and box) removed, each named by its
 ``annotations[j]`` in the notes and counted; ``iscrowd`` boxes are skipped and counted, images without
 boxes kept as negatives (see ``dataset.stats``).
+
+With ``masks=True`` each annotation's ``segmentation`` is its shape: polygons (``[[x1, y1, x2, y2, ...],
+...]``, pixels, several per instance allowed) or an RLE (``{"size": [h, w], "counts": ...}``, compressed
+or uncompressed). Crowd annotations are then kept on the record (``record.crowd``) for ``segm``
+evaluation and still never trained on. A problem (through the faults policy, named by file and
+``annotations[j]``): a missing or empty segmentation, a polygon with fewer than 3 points or an odd number
+of coordinates, an RLE whose size is not the image's. Polygon points outside the image are clipped to
+it (a note).
 """
 from __future__ import annotations
 
@@ -19,12 +27,15 @@ from typing import Any, Callable
 import numpy as np
 
 from vision_attn.data.detection import (
+    CLIP_TOLERANCE,
     DetectionDataset,
     DetectionRecord,
+    CrowdInstances,
     DetectionStats,
-    check_boxes,
+    check_boxes_kept,
 )
 from vision_attn.data.faults import Faults, image_size
+from vision_attn.data.masks import SegmentationProblem, Shape, parse_coco_segmentation
 from vision_attn.errors import DataError
 from vision_attn.io.json import read_json
 
@@ -75,10 +86,31 @@ def _categories(doc: dict[str, Any], file: Path) -> tuple[list[int], list[str]]:
     return ids, [name for _, name in parsed]
 
 
+def _shape(a: dict[str, Any], where: str, h: int, w: int, file: Path, faults: Faults) -> Shape | None:
+    """The annotation's ``segmentation`` as a shape in its image (polygon points clipped to it, noted);
+    None after ``faults.bad``."""
+    if "segmentation" not in a:
+        faults.bad(file, "segmentation is missing; masks need each instance's polygons or RLE", where,
+                   fix="add the segmentation or open the data set without masks")
+        return None
+    try:
+        shape = parse_coco_segmentation(a["segmentation"], h, w, "segmentation")
+    except SegmentationProblem as e:
+        faults.bad(file, str(e), where, fix="fix the segmentation or remove the annotation")
+        return None
+    if isinstance(shape, list):
+        clipped = [np.clip(p, 0, [w, h]).astype(np.float32) for p in shape]
+        if any(np.abs(c - p).max() > CLIP_TOLERANCE for c, p in zip(clipped, shape)):
+            faults.note(file, f"polygon reaches outside the {w}x{h} image; clipped", where, kind="polygons clipped")
+        shape = clipped
+    return shape
+
+
 def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: list[int],
-             faults: Faults) -> tuple[list[DetectionRecord], DetectionStats]:
+             faults: Faults, masks: bool = False) -> tuple[list[DetectionRecord], DetectionStats]:
     """One record per usable entry of ``images`` with the boxes of its ``annotations``, and the counts of
-    boxes skipped (crowd), clipped, dropped (degenerate) and removed (duplicates)."""
+    boxes skipped (crowd), clipped, dropped (degenerate) and removed (duplicates); with ``masks`` the
+    shapes of the boxes and the crowd instances too."""
     class_of = {cid: k for k, cid in enumerate(category_ids)}
     images = _get(doc, "images", "", file, list)
     order: dict[int, int] = {}
@@ -112,6 +144,8 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
     ann_class = np.empty(n, np.int64)
     ann_box = np.empty((n, 4), np.float32)
     keep = np.ones(n, bool)
+    shapes: list[Shape | None] = [None] * n
+    bad_images: set[int] = set()
     for j, a in enumerate(anns):
         where = f"annotations[{j}]"
         iid = _get(a, "image_id", where, file, int)
@@ -131,6 +165,17 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
         ann_image[j], ann_class[j] = order[iid], class_of[cid]
         x, y, bw, bh = box
         ann_box[j] = (x, y, x + bw, y + bh)
+        m = meta[order[iid]]
+        if masks and m is not None and order[iid] not in bad_images:
+            shapes[j] = _shape(a, where, m[2], m[3], file, faults)
+            if shapes[j] is None:
+                bad_images.add(order[iid])
+    crowd_of: dict[int, list[int]] = {}
+    if masks:
+        for j in np.flatnonzero(~keep):
+            crowd_of.setdefault(int(ann_image[j]), []).append(int(j))
+    crowd_of = {i: js for i, js in crowd_of.items() if i not in bad_images}
+    all_box, all_class = ann_box.copy(), ann_class.copy()
     ann_image, ann_class, ann_box = ann_image[keep], ann_class[keep], ann_box[keep]
 
     sort = np.argsort(ann_image, kind="stable")
@@ -139,14 +184,24 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
     ann_index = np.flatnonzero(keep)[sort]
     records = []
     for i, m in enumerate(meta):
-        if m is None:
+        if m is None or i in bad_images:
             stats.skipped += 1
             continue
         iid, path, h, w = m
         lo, hi = bounds[i], bounds[i + 1]
-        boxes, labels = check_boxes(ann_box[lo:hi], ann_class[lo:hi], [f"annotations[{j}]" for j in ann_index[lo:hi]],
-                                    path, h, w, file, faults, stats)
-        records.append(DetectionRecord(path, iid, h, w, boxes, labels))
+        boxes, labels, kept = check_boxes_kept(ann_box[lo:hi], ann_class[lo:hi],
+                                               [f"annotations[{j}]" for j in ann_index[lo:hi]],
+                                               path, h, w, file, faults, stats)
+        record = DetectionRecord(path, iid, h, w, boxes, labels)
+        if masks:
+            record.shapes = [shapes[ann_index[lo + k]] for k in kept]
+            crowd = crowd_of.get(i, [])
+            crowd_boxes = np.array([all_box[j] for j in crowd], np.float32).reshape(-1, 4)
+            np.clip(crowd_boxes[:, 0::2], 0, w, out=crowd_boxes[:, 0::2])
+            np.clip(crowd_boxes[:, 1::2], 0, h, out=crowd_boxes[:, 1::2])
+            record.crowd = CrowdInstances(crowd_boxes, np.array([all_class[j] for j in crowd], np.int64),
+                                          [shapes[j] for j in crowd])
+        records.append(record)
     return records, stats
 
 
@@ -154,13 +209,15 @@ class CocoDetection(DetectionDataset):
     """Images of ``images_dir`` with the boxes of ``annotations`` (a COCO ``instances`` json)."""
 
     def __init__(self, images_dir: str | Path, annotations: str | Path, *,
-                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None):
+                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None,
+                 masks: bool = False):
         super().__init__(transform, faults)
+        self.masks = masks
         self.images_dir, self.annotations_file = Path(images_dir), Path(annotations)
         doc = _read_document(self.annotations_file)
         self.category_ids, self.names = _categories(doc, self.annotations_file)
         self.records, stats = _records(doc, self.annotations_file, self.images_dir, self.category_ids,
-                                       self.faults)
+                                       self.faults, masks)
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@
 ``open_detection(spec, split)`` accepts
 
 - ``demo:digit-boxes``: the built-in set (written to the cache once); ``fmt`` picks its COCO (default)
-  or YOLO copy;
+  or YOLO copy; ``demo:digit-masks`` the same with instance masks (open it with ``masks=True``);
 - a ``.yaml``/``.yml`` file: a YOLO data YAML;
 - a folder with ``data.yaml``: YOLO; a folder with ``annotations/instances_{split}.json``: COCO, its
   images in ``images/{split}``, ``{split}2017`` or ``{split}``; a folder with ``coco/`` or ``yolo/``
@@ -27,39 +27,40 @@ __all__ = ["open_detection"]
 Format = Literal["auto", "coco", "yolo"]
 
 
-def _coco(root: Path, split: str, transform: Any, faults: Faults | None) -> CocoDetection:
+def _coco(root: Path, split: str, transform: Any, faults: Faults | None, masks: bool = False) -> CocoDetection:
     ann = root / "annotations" / f"instances_{split}.json"
     for images in (root / "images" / split, root / f"{split}2017", root / split):
         if images.is_dir():
-            return CocoDetection(images, ann, transform=transform, faults=faults)
+            return CocoDetection(images, ann, transform=transform, faults=faults, masks=masks)
     raise DataError(f"COCO data {root}: no images folder for {split} (looked for images/{split}, {split}2017, "
                     f"{split})")
 
 
 def open_detection(spec: str | os.PathLike, split: str = "train", *, fmt: Format = "auto",
                    transform: Callable[[DetectionDataset, int], Any] | None = None,
-                   faults: Faults | None = None) -> DetectionDataset:
+                   faults: Faults | None = None, masks: bool = False) -> DetectionDataset:
     """The ``split`` (``"train"``, ``"val"``) of the data set ``spec`` (see the module docstring);
-    ``faults``: the policy for bad images and labels (default: the first is an error naming it)."""
+    ``faults``: the policy for bad images and labels (default: the first is an error naming it);
+    ``masks``: read instance shapes too (YOLO polygons, COCO ``segmentation``)."""
     if fmt not in ("auto", "coco", "yolo"):
         raise ConfigError(f"format={fmt!r}: choose auto, coco or yolo")
     path = resolve_root(spec)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         if fmt == "coco":
             raise ConfigError(f"{path} is a YOLO data YAML but format=coco was asked for")
-        return YoloDetection(path, split, transform=transform, faults=faults)
+        return YoloDetection(path, split, transform=transform, faults=faults, masks=masks)
     if not path.is_dir():
         raise DataError(f"detection data {spec}: no such file or folder; give a YOLO data YAML, a COCO folder "
                         f"(annotations/instances_{split}.json + images/{split}/) or demo:digit-boxes")
     has_yolo = (path / "data.yaml").is_file()
     has_coco = (path / "annotations" / f"instances_{split}.json").is_file()
     if has_yolo and fmt != "coco":
-        return YoloDetection(path / "data.yaml", split, transform=transform, faults=faults)
+        return YoloDetection(path / "data.yaml", split, transform=transform, faults=faults, masks=masks)
     if has_coco and fmt != "yolo":
-        return _coco(path, split, transform, faults)
+        return _coco(path, split, transform, faults, masks)
     order = ["yolo", "coco"] if fmt == "yolo" else ["coco", "yolo"]
     for sub in order:
         if (path / sub).is_dir():
-            return open_detection(path / sub, split, fmt=fmt, transform=transform, faults=faults)
+            return open_detection(path / sub, split, fmt=fmt, transform=transform, faults=faults, masks=masks)
     raise DataError(f"detection data {path}: found neither data.yaml (YOLO) nor annotations/instances_{split}.json "
                     f"(COCO){' for format=' + fmt if fmt != 'auto' else ''}")

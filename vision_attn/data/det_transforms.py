@@ -15,6 +15,17 @@
   narrower than 2 px, are dropped. Train items record the letterbox's scale and pad (mosaic: 1.0 and
   (0, 0)); only their boxes are meaningful after augmentation.
 
+Masks (``masks=True``, for a data set opened with ``masks=True``): every instance's shape follows the
+same geometry as its box (:mod:`vision_attn.data.shape_transforms`: polygons through the exact steps
+the pipeline applied, RLE bitmaps warped with the image by nearest neighbour, both cut to mosaic tiles
+and to the image), the same instances are dropped, and ``target["masks"]`` is uint8
+(n, S // mask_ratio, S // mask_ratio) aligned with ``boxes``, overlapping pixels given to the smallest
+instance with ``overlap`` (:func:`vision_attn.data.masks.instance_masks`). In training the boxes of
+the kept instances are recomputed from their transformed shapes (polygon points, or bitmap pixels,
+inside the image), as ultralytics does after its affine, so box and mask agree; an instance left
+narrower or lower than 2 px is dropped. ``degrees`` and ``shear`` add rotation and shear to the
+affine (0 by default; with masks or without).
+
 Switch the mosaic off for the last epochs with ``transform.mosaic = 0.0`` (or ``close_mosaic()``): the
 value lives in shared memory, so DataLoader workers, persistent ones included, see the change at their
 next item. Seeding: ``seed`` (or ``set_random_seed``, which :func:`vision_attn.data.seed_worker`
@@ -32,7 +43,17 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from vision_attn.data.detection import DetectionDataset, image_to_tensor  # noqa: E402
+from vision_attn.data.detection import MASK_RATIO, DetectionDataset, image_to_tensor  # noqa: E402
+from vision_attn.data.masks import (  # noqa: E402
+    Shape,
+    clip_polygon,
+    decode_rle,
+    fill_polygons,
+    instance_masks,
+    mask_boxes,
+    polygon_boxes,
+)
+from vision_attn.data.shape_transforms import place_bitmap, place_polygons, replay_points  # noqa: E402
 from vision_attn.errors import ConfigError  # noqa: E402
 
 __all__ = ["DetectionTransform", "letterbox_params", "PAD_VALUE"]
@@ -59,12 +80,15 @@ class DetectionTransform:
     ``min_visibility``: the fraction of a box that must survive cropping to keep it. ``stride``
     (evaluation only): pad each side to the next multiple of ``stride`` instead of to a square, as
     ultralytics' predict does for images of one size (a 640x480 frame is 640x480, not 640x640).
+    ``masks``: items carry ``target["masks"]`` at 1 / ``mask_ratio`` of the input, ``overlap`` as
+    ultralytics' ``overlap_mask``; ``degrees``, ``shear``: rotation and shear ranges of the affine.
     """
 
     def __init__(self, img_size: int, *, train: bool = False, mosaic: float = 1.0, hflip: float = 0.0,
                  vflip: float = 0.0, scale: float = 0.5, translate: float = 0.1,
                  hsv: tuple[float, float, float] = (5.0, 40.0, 30.0), min_visibility: float = 0.25,
-                 seed: int | None = None, stride: int | None = None):
+                 seed: int | None = None, stride: int | None = None, masks: bool = False,
+                 mask_ratio: int = MASK_RATIO, overlap: bool = True, degrees: float = 0.0, shear: float = 0.0):
         if not (isinstance(img_size, int) and img_size >= 8):
             raise ConfigError(f"img_size={img_size!r}: give a square size in pixels, an int >= 8")
         for name, p in (("mosaic", mosaic), ("hflip", hflip), ("vflip", vflip), ("min_visibility", min_visibility)):
@@ -75,17 +99,23 @@ class DetectionTransform:
         if stride is not None and (train or not (isinstance(stride, int) and stride >= 1)):
             raise ConfigError(f"stride={stride!r}: rectangular letterboxing is for evaluation (train=False), with an "
                               "int stride >= 1")
+        if not (isinstance(mask_ratio, int) and mask_ratio >= 1 and img_size % mask_ratio == 0):
+            raise ConfigError(f"mask_ratio={mask_ratio!r}: give an int >= 1 that divides img_size={img_size}")
+        if not 0 <= degrees <= 180 or not 0 <= shear < 90:
+            raise ConfigError(f"degrees={degrees}, shear={shear}: give 0 <= degrees <= 180 and 0 <= shear < 90")
         self.img_size, self.train, self.min_visibility, self.stride = img_size, train, min_visibility, stride
+        self.masks, self.mask_ratio, self.overlap = masks, mask_ratio, overlap
         self._mosaic = torch.tensor([float(mosaic) if train else 0.0]).share_memory_()
         s = img_size
-        boxes = A.BboxParams(format="pascal_voc", label_fields=["labels"], clip=True,
+        boxes = A.BboxParams(format="pascal_voc", label_fields=["labels", "ids"] if masks else ["labels"], clip=True,
                              min_visibility=min_visibility, min_width=2 if train else 0, min_height=2 if train else 0)
+        replay = {"save_applied_params": True} if masks else {}
         pad = {"min_height": s, "min_width": s} if stride is None else {
             "min_height": None, "min_width": None, "pad_height_divisor": stride, "pad_width_divisor": stride}
         letterbox = [A.LongestMaxSize(max_size=s, interpolation=cv2.INTER_LINEAR, p=1.0),
                      A.PadIfNeeded(**pad, position="center", border_mode=cv2.BORDER_CONSTANT, fill=PAD_VALUE, p=1.0)]
         if not train:
-            self._letterbox = A.Compose(letterbox, bbox_params=boxes, strict=True, seed=seed)
+            self._letterbox = A.Compose(letterbox, bbox_params=boxes, strict=True, seed=seed, **replay)
             self._pipelines: list[A.Compose] = [self._letterbox]
             self._rng = np.random.default_rng(seed)
             return
@@ -97,12 +127,13 @@ class DetectionTransform:
             extra.append(A.HorizontalFlip(p=hflip))
         if vflip > 0:
             extra.append(A.VerticalFlip(p=vflip))
-        affine = A.Affine(scale=(1 - scale, 1 + scale), translate_percent=(-translate, translate),
+        turns = {k: (-v, v) for k, v in (("rotate", degrees), ("shear", shear)) if v}
+        affine = A.Affine(scale=(1 - scale, 1 + scale), translate_percent=(-translate, translate), **turns,
                           interpolation=cv2.INTER_LINEAR, border_mode=cv2.BORDER_CONSTANT, fill=PAD_VALUE, p=1.0)
-        self._letterbox = A.Compose([*letterbox, affine, *extra], bbox_params=boxes, strict=True, seed=seed)
+        self._letterbox = A.Compose([*letterbox, affine, *extra], bbox_params=boxes, strict=True, seed=seed, **replay)
         # the mosaic canvas is 2S x 2S: scale about its centre, then keep the centre S x S
         self._mosaic_tail = A.Compose([affine, A.CenterCrop(height=s, width=s), *extra], bbox_params=boxes,
-                                      strict=True, seed=None if seed is None else seed + 1)
+                                      strict=True, seed=None if seed is None else seed + 1, **replay)
         self._pipelines = [self._letterbox, self._mosaic_tail]
         self._rng = np.random.default_rng(seed)
 
@@ -128,6 +159,8 @@ class DetectionTransform:
             pipeline.set_random_seed(seed + i)
 
     def __call__(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if self.masks:
+            return self._with_masks(dataset, index)
         rec = dataset.records[index]
         p = self.mosaic
         if p > 0 and self._rng.random() < p:
@@ -144,16 +177,68 @@ class DetectionTransform:
             "boxes": torch.from_numpy(out_boxes), "labels": torch.from_numpy(out_labels), "image_id": rec.image_id,
             "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad}
 
-    def _mosaic_image(self, dataset: DetectionDataset, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _with_masks(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """An item with ``target["masks"]`` (see the module docstring)."""
+        if not dataset.masks:
+            raise ConfigError(f"DetectionTransform(masks=True) on {dataset!r}, opened without masks; open it with "
+                              f"masks=True")
+        rec = dataset.records[index]
+        p = self.mosaic
+        if p > 0 and self._rng.random() < p:
+            image, boxes, labels, shapes = self._mosaic_image(dataset, index, with_shapes=True)
+            pipeline, scale, pad = self._mosaic_tail, 1.0, (0, 0)
+        else:
+            image, boxes, labels, shapes = dataset.load_instances(index)
+            shapes = [s if isinstance(s, list) else decode_rle(s) for s in shapes]
+            pipeline = self._letterbox
+            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        bitmaps = [i for i, s in enumerate(shapes) if not isinstance(s, list)]
+        inputs: dict[str, Any] = {"image": image, "bboxes": boxes, "labels": labels, "ids": np.arange(len(labels))}
+        if bitmaps:
+            inputs["masks"] = [shapes[i] for i in bitmaps]
+        out = pipeline(**inputs)
+        h, w = out["image"].shape[:2]
+        out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
+        out_labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
+        ids = np.asarray(out["ids"], dtype=np.int64).reshape(-1)
+        slot = {i: k for k, i in enumerate(bitmaps)}
+        edge = np.array([w - 1e-3, h - 1e-3], np.float32)  # just inside the far border (see the fill below)
+        full = np.zeros((len(ids), h, w), np.uint8)
+        shape_boxes = np.zeros((len(ids), 4), np.float32)
+        for k, i in enumerate(ids.tolist()):
+            if i in slot:
+                full[k] = np.asarray(out["masks"][slot[i]], dtype=np.uint8)
+                shape_boxes[k] = mask_boxes(full[k:k + 1])[0]
+            else:
+                polys = [clip_polygon(replay_points(q, out["applied_transforms"], (h, w)), 0, 0, w, h)
+                         for q in shapes[i]]
+                polys = [q for q in polys if len(q) >= 3]
+                # filled with coordinates truncated to pixels: a border at x = w is the last column's far edge
+                full[k] = fill_polygons([np.minimum(q, edge) for q in polys], h, w)
+                shape_boxes[k] = polygon_boxes([polys])[0]
+        if self.train and len(ids):  # boxes from the shapes, as ultralytics after its affine; slivers dropped
+            keep = ((shape_boxes[:, 2] - shape_boxes[:, 0]) >= 2) & ((shape_boxes[:, 3] - shape_boxes[:, 1]) >= 2)
+            out_boxes, out_labels, full = shape_boxes[keep], out_labels[keep], full[keep]
+        return image_to_tensor(out["image"]), {
+            "boxes": torch.from_numpy(out_boxes), "labels": torch.from_numpy(out_labels), "image_id": rec.image_id,
+            "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad,
+            "masks": torch.from_numpy(instance_masks(full, self.mask_ratio, self.overlap))}
+
+    def _mosaic_image(self, dataset: DetectionDataset, index: int, with_shapes: bool = False) -> tuple[Any, ...]:
         """A 2S x 2S canvas of four images around a random centre; boxes clipped to each image's visible
-        part and dropped below ``min_visibility``."""
+        part and dropped below ``min_visibility``. ``with_shapes``: also the kept instances' shapes on
+        the canvas (polygons cut to their tile, or (2S, 2S) bitmaps)."""
         s = self.img_size
         canvas = np.full((2 * s, 2 * s, 3), PAD_VALUE, dtype=np.uint8)
         xc, yc = (int(v) for v in self._rng.integers(s // 2, 3 * s // 2 + 1, size=2))
         indices = [index, *(int(i) for i in self._rng.integers(0, len(dataset), size=3))]
         all_boxes, all_labels = [], []
+        all_shapes: list[Shape | np.ndarray] = []
         for k, i in enumerate(indices):
-            image, boxes, labels = dataset.load(i)
+            if with_shapes:
+                image, boxes, labels, shapes = dataset.load_instances(i)
+            else:
+                image, boxes, labels = dataset.load(i)
             h0, w0 = image.shape[:2]
             r = s / max(h0, w0)
             if r != 1:
@@ -183,6 +268,16 @@ class DetectionTransform:
             ok = (visible > 0) & (visible >= self.min_visibility * area)
             all_boxes.append(kept[ok])
             all_labels.append(labels[ok])
+            if with_shapes:
+                tile = (xa, ya, xb, yb)
+                for j in np.flatnonzero(ok):
+                    s_j = shapes[j]
+                    if isinstance(s_j, list):
+                        all_shapes.append(place_polygons(s_j, r, xa - sx, ya - sy, tile))
+                    else:
+                        all_shapes.append(place_bitmap(decode_rle(s_j), (w, h), canvas.shape[:2], (sx, sy), tile))
         boxes = np.concatenate(all_boxes) if all_boxes else np.zeros((0, 4), np.float32)
         labels = np.concatenate(all_labels) if all_labels else np.zeros(0, np.int64)
+        if with_shapes:
+            return canvas, boxes, labels, all_shapes
         return canvas, boxes, labels

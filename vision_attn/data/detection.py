@@ -9,6 +9,13 @@ original image are ``(boxes - [pl, pt, pl, pt]) / scale``. Without a transform t
 original one (scale 1, pad (0, 0)); with :class:`vision_attn.data.det_transforms.DetectionTransform`
 every image is letterboxed to the same square size.
 
+Instance masks (only when a source is opened with ``masks=True``): each record also carries one shape
+per box (polygons or an RLE, see :mod:`vision_attn.data.masks`) and its crowd instances (COCO
+``iscrowd``: kept for ``segm`` evaluation, never trained on), and ``target["masks"]`` is uint8
+(n, H // mask_ratio, W // mask_ratio), one binary mask per row of ``boxes`` (overlapping pixels given to
+the smallest instance); :meth:`DetectionDataset.ground_truth` then adds RLE masks in original pixels
+and ``iscrowd``.
+
 Every source checks its boxes with :func:`check_boxes` (clipped, degenerate and duplicate boxes named
 by file and line in the data set's :class:`~vision_attn.data.faults.Faults`) and reads its images
 through the same policy: a file that is not an image, truncated or gone is a problem named by path.
@@ -24,18 +31,31 @@ import numpy as np
 import torch
 
 from vision_attn.data.faults import SKIP_HINT, Faults, decode_problem, verify_images
+from vision_attn.data.masks import Shape, instance_masks, shape_bitmap, shape_to_rle
 from vision_attn.errors import DataError
 
-__all__ = ["DetectionRecord", "DetectionStats", "DetectionDataset", "clip_boxes", "check_boxes", "read_image",
-           "image_to_tensor", "collate_detection"]
+__all__ = ["DetectionRecord", "CrowdInstances", "DetectionStats", "MASK_RATIO", "DetectionDataset", "clip_boxes", "check_boxes", "read_image",
+           "image_to_tensor", "collate_detection", "check_boxes_kept"]
 
 MIN_BOX_SIZE = 1e-3  # pixels: a box narrower or lower than this after clipping is degenerate
 CLIP_TOLERANCE = 1e-2  # pixels: clipping less than this (rounding in normalised labels) is not counted
+MASK_RATIO = 4  # target masks are this many times smaller than the network input (ultralytics' mask_ratio)
+
+
+@dataclass
+class CrowdInstances:
+    """An image's crowd instances (COCO ``iscrowd``): boxes (m, 4) float32 xyxy, labels (m,) int64 and their
+    shapes; ground truth for evaluation only."""
+
+    boxes: np.ndarray
+    labels: np.ndarray
+    shapes: list[Shape]
 
 
 @dataclass
 class DetectionRecord:
-    """One image: its file, id, size and boxes (n, 4) float32 xyxy in its pixels, labels (n,) int64."""
+    """One image: its file, id, size and boxes (n, 4) float32 xyxy in its pixels, labels (n,) int64; with
+    masks, ``shapes`` (one per box) and ``crowd``."""
 
     path: Path
     image_id: int
@@ -43,6 +63,8 @@ class DetectionRecord:
     width: int
     boxes: np.ndarray
     labels: np.ndarray
+    shapes: list[Shape] | None = None
+    crowd: CrowdInstances | None = None
 
 
 @dataclass
@@ -90,6 +112,14 @@ def check_boxes(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: 
     """The boxes (n, 4) xyxy pixels of one image, clipped to it, without degenerate boxes and duplicate
     rows; each change is a note naming ``file`` and the row's ``where`` (``"line 3"``) and counted in
     ``stats``."""
+    kept, kept_labels, _ = check_boxes_kept(boxes, labels, where, image, height, width, file, faults, stats)
+    return kept, kept_labels
+
+
+def check_boxes_kept(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: Path, height: int,
+                     width: int, file: Path, faults: Faults,
+                     stats: DetectionStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`check_boxes`, and the indices (k,) of the input rows kept (to keep their shapes)."""
     clipped, ok, _ = clip_boxes(boxes, height, width)
     moved = (np.abs(clipped - boxes) > CLIP_TOLERANCE).any(axis=1) & ok
     for j in np.flatnonzero(moved):
@@ -112,7 +142,7 @@ def check_boxes(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: 
                             kind="duplicates removed")
             stats.duplicates += len(keep) - len(unique)
             keep = keep[unique]
-    return clipped[keep], labels[keep]
+    return clipped[keep], labels[keep], keep
 
 
 def read_image(path: Path) -> np.ndarray:
@@ -152,6 +182,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     category_ids: list[int]  # COCO category id of each class index (never 0)
     stats: DetectionStats
     faults: Faults  # the policy for bad images and what the checks met
+    masks: bool = False  # records carry shapes; items carry target["masks"]
 
     def __init__(self, transform: Callable[[DetectionDataset, int], tuple[torch.Tensor, dict]] | None = None,
                  faults: Faults | None = None):
@@ -174,20 +205,47 @@ class DetectionDataset(torch.utils.data.Dataset):
                             f"say {rec.width}x{rec.height}; fix the width/height in the annotations")
         return image, rec.boxes, rec.labels
 
+    def load_instances(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Shape]]:
+        """:meth:`load` and the shapes of the boxes (polygons in original pixels or RLEs; a set opened
+        with ``masks=True``)."""
+        rec = self.records[index]
+        if rec.shapes is None:
+            raise DataError(f"image {rec.path}: the data set was opened without masks; open it with masks=True")
+        image, boxes, labels = self.load(index)
+        return image, boxes, labels, rec.shapes
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
         if self.transform is not None:
             return self.transform(self, index)
         image, boxes, labels = self.load(index)
         rec = self.records[index]
-        return image_to_tensor(image), {
+        target = {
             "boxes": torch.from_numpy(boxes.copy()), "labels": torch.from_numpy(labels.copy()),
             "image_id": rec.image_id, "orig_size": (rec.height, rec.width), "scale": 1.0, "pad": (0, 0)}
+        if self.masks and rec.shapes is not None:
+            full = np.stack([shape_bitmap(s, rec.height, rec.width) for s in rec.shapes]) if rec.shapes else \
+                np.zeros((0, rec.height, rec.width), np.uint8)
+            target["masks"] = torch.from_numpy(instance_masks(full, MASK_RATIO))
+        return image_to_tensor(image), target
 
     def ground_truth(self) -> list[dict[str, Any]]:
         """Per image ``{image_id, boxes (n, 4) xyxy original pixels, labels, orig_size}``, the form that
-        :func:`vision_attn.evaluation.coco_map` takes."""
-        return [{"image_id": r.image_id, "boxes": r.boxes, "labels": r.labels, "orig_size": (r.height, r.width)}
-                for r in self.records]
+        :func:`vision_attn.evaluation.coco_map` takes. With masks: crowd instances appended after the
+        boxes, ``masks`` (a compressed COCO RLE per box, original pixels) and ``iscrowd`` (n,) bool."""
+        if not self.masks:
+            return [{"image_id": r.image_id, "boxes": r.boxes, "labels": r.labels, "orig_size": (r.height, r.width)}
+                    for r in self.records]
+        out = []
+        for r in self.records:
+            crowd = r.crowd if r.crowd is not None else CrowdInstances(np.zeros((0, 4), np.float32),
+                                                                        np.zeros(0, np.int64), [])
+            shapes = [*(r.shapes or []), *crowd.shapes]
+            out.append({"image_id": r.image_id, "boxes": np.concatenate([r.boxes, crowd.boxes]).astype(np.float32),
+                        "labels": np.concatenate([r.labels, crowd.labels]).astype(np.int64),
+                        "orig_size": (r.height, r.width),
+                        "masks": [shape_to_rle(s, r.height, r.width) for s in shapes],
+                        "iscrowd": np.concatenate([np.zeros(len(r.labels), bool), np.ones(len(crowd.labels), bool)])})
+        return out
 
     def verify(self, threads: int = 4,
                progress: Callable[[int, int], None] | None = None) -> dict[str, tuple[int, int]]:
@@ -212,14 +270,22 @@ class DetectionDataset(torch.utils.data.Dataset):
 
 def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> dict[str, Any]:
     """Items of one size -> ``{images (B, 3, H, W), boxes [(n_i, 4)], labels [(n_i,)], image_ids,
-    orig_sizes, scales, pads}`` (lists of length B, boxes in network-input pixels)."""
+    orig_sizes, scales, pads}`` (lists of length B, boxes in network-input pixels), and ``masks``
+    [(n_i, Hm, Wm) uint8] when the items carry masks."""
     images = [image for image, _ in batch]
     if len({tuple(im.shape) for im in images}) > 1:
         raise DataError(f"collate_detection: images of different sizes {sorted({tuple(im.shape) for im in images})}; "
                         f"give the dataset a DetectionTransform(img_size=...) so every image is letterboxed")
     targets = [t for _, t in batch]
     stacked = torch.from_numpy(np.stack([im.numpy() for im in images]))  # NumPy: see image_to_tensor
-    return {"images": stacked, "boxes": [t["boxes"] for t in targets],
-            "labels": [t["labels"] for t in targets], "image_ids": [int(t["image_id"]) for t in targets],
-            "orig_sizes": [tuple(t["orig_size"]) for t in targets], "scales": [float(t["scale"]) for t in targets],
-            "pads": [tuple(t["pad"]) for t in targets]}
+    out = {"images": stacked, "boxes": [t["boxes"] for t in targets],
+           "labels": [t["labels"] for t in targets], "image_ids": [int(t["image_id"]) for t in targets],
+           "orig_sizes": [tuple(t["orig_size"]) for t in targets], "scales": [float(t["scale"]) for t in targets],
+           "pads": [tuple(t["pad"]) for t in targets]}
+    with_masks = sum("masks" in t for t in targets)
+    if with_masks == len(targets):
+        out["masks"] = [t["masks"] for t in targets]
+    elif with_masks:
+        raise DataError(f"collate_detection: {with_masks} of {len(targets)} items carry masks; give every item's "
+                        f"data set masks=True")
+    return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -76,11 +76,13 @@ class DigitBoxesConfig:
 @dataclass
 class DigitImage:
     """One generated image: (H, W, 3) uint8 RGB pixels, ink boxes (n, 4) float32 xyxy in pixels and
-    class indices (n,) int64 (the digit)."""
+    class indices (n,) int64 (the digit); ``inks``: each digit's ink (ph, pw) bool (alpha >=
+    ``INK_THRESHOLD``) and the canvas position (x0, y0) of its patch (what ``demo:digit-masks`` outlines)."""
 
     image: np.ndarray
     boxes: np.ndarray
     labels: np.ndarray
+    inks: list[tuple[np.ndarray, int, int]] = field(default_factory=list)
 
 
 DEMO_CONFIG = DigitBoxesConfig()  # what ``demo:digit-boxes`` is made of (cached as digit-boxes-v1)
@@ -112,6 +114,7 @@ def _draw(rng: np.random.Generator, scans: np.ndarray, digits: np.ndarray, cfg: 
     canvas = background + rng.normal(0.0, cfg.noise, size=(h, w, 1))  # (h, w, 3): grey noise on a colour
     boxes: list[np.ndarray] = []
     labels: list[int] = []
+    inks: list[tuple[np.ndarray, int, int]] = []
     n = 0 if rng.random() < cfg.empty_fraction else int(rng.integers(1, cfg.max_digits + 1))
     for _ in range(n):
         k = int(rng.integers(len(scans)))
@@ -136,8 +139,10 @@ def _draw(rng: np.random.Generator, scans: np.ndarray, digits: np.ndarray, cfg: 
         canvas[y0:y0 + ph, x0:x0 + pw] = patch * (1 - a) + colour * a
         boxes.append(box)
         labels.append(int(digits[k]))
+        inks.append((ink, x0, y0))
     image = np.clip(np.rint(canvas), 0, 255).astype(np.uint8)
-    return DigitImage(image, np.array(boxes, dtype=np.float32).reshape(-1, 4), np.array(labels, dtype=np.int64))
+    return DigitImage(image, np.array(boxes, dtype=np.float32).reshape(-1, 4), np.array(labels, dtype=np.int64),
+                      inks)
 
 
 def generate_digit_boxes(split: str, cfg: DigitBoxesConfig = DigitBoxesConfig()) -> Iterator[DigitImage]:

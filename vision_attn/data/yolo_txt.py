@@ -14,6 +14,12 @@ it. An image without a label file, or with an empty one, is a negative. Boxes pa
 image are clipped, degenerate ones dropped, duplicate rows removed (the first kept, as ultralytics
 does), each named by file and line in the notes and counted (``dataset.stats``). Image ids are 1..N in
 file order; ``category_ids`` are ``index + 1``.
+
+With ``masks=True`` (instance segmentation) every line is a polygon ``class x1 y1 x2 y2 x3 y3 ...``
+(normalised, at least 3 points), kept as the instance's shape (pixels) beside its enclosing box. A
+problem named by file and line there: fewer than 3 points, an odd number of coordinates, coordinates
+outside [0, 1], and a box row (``class cx cy w h``) mixed into the polygons: it is refused, not turned
+into its rectangle, since a rectangle is not the object's mask (write the outline, or drop the line).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from vision_attn.data.detection import (
     DetectionDataset,
     DetectionRecord,
     DetectionStats,
-    check_boxes,
+    check_boxes_kept,
 )
 from vision_attn.data.faults import Faults, image_size, walk_images
 from vision_attn.errors import ConfigError, DataError
@@ -98,17 +104,37 @@ def _list_images(entry: str, root: Path, yaml_file: Path, key: str, faults: Faul
 COORD_TOLERANCE = 0.01  # normalised coordinates this far outside [0, 1] are clipped, further ones refused
 
 
-def _parse_labels(file: Path, nc: int, faults: Faults,
-                  stats: DetectionStats) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
-    """Boxes (n, 4) cx, cy, w, h normalised, classes (n,) and each row's ``"line N"`` of one label file;
-    None after ``faults.bad`` for a line that cannot be used."""
-    boxes, classes, where = [], [], []
+def _polygon_columns(cols: list[str]) -> str | None:
+    """Why the columns of a line cannot be a polygon ``class x1 y1 ... xk yk`` (k >= 3); None if they can."""
+    coords = len(cols) - 1
+    if coords % 2:
+        return (f"an odd number of coordinates ({coords}) after the class; a polygon is x y pairs "
+                f"(class x1 y1 x2 y2 x3 y3 ...)")
+    if coords == 4:
+        return ("a box row (class cx cy w h) where the masks need a polygon; box rows are refused, not read as "
+                "rectangles (a rectangle is not the object's mask)")
+    if coords < 6:
+        return f"{coords // 2} point(s); a polygon needs at least 3 (class x1 y1 x2 y2 x3 y3 ...)"
+    return None
+
+
+def _parse_labels(file: Path, nc: int, faults: Faults, stats: DetectionStats, masks: bool = False,
+                  ) -> tuple[np.ndarray, np.ndarray, list[str], list[np.ndarray]] | None:
+    """Boxes (n, 4) cx, cy, w, h normalised, classes (n,), each row's ``"line N"`` of one label file and,
+    with ``masks``, each row's polygon (k, 2) normalised (else an empty list); None after ``faults.bad``
+    for a line that cannot be used."""
+    boxes, classes, where, polygons = [], [], [], []
     for n, line in read_lines(file, what="label file"):
         cols = line.split()
         if not cols:
             continue
         at = f"line {n}"
-        if len(cols) != 5 and (len(cols) < 7 or len(cols) % 2 == 0):
+        if masks:
+            problem = _polygon_columns(cols)
+            if problem is not None:
+                faults.bad(file, problem, at, fix="write the instance's outline as a polygon or remove the line")
+                return None
+        elif len(cols) != 5 and (len(cols) < 7 or len(cols) % 2 == 0):
             faults.bad(file, f"{len(cols)} columns; expected 5 (class cx cy w h, normalised) or a polygon "
                              f"(class x1 y1 x2 y2 x3 y3 ...)", at, fix="fix the line")
             return None
@@ -129,24 +155,32 @@ def _parse_labels(file: Path, nc: int, faults: Faults,
                        fix="YOLO labels are normalised: divide x and width by the image width, y and height by "
                            "its height")
             return None
+        if masks:  # the outline, inside the image (rounding outside it clipped), and its enclosing box
+            polygons.append(np.clip(values, 0.0, 1.0).reshape(-1, 2))
         if len(values) > 4:  # polygon -> enclosing box
             xs, ys = values[0::2], values[1::2]
+            if masks:
+                xs, ys = polygons[-1][:, 0], polygons[-1][:, 1]
             values = np.array([(xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(),
                                ys.max() - ys.min()])
-            stats.polygons += 1
-            faults.counts["polygons read as boxes"] += 1
+            if not masks:
+                stats.polygons += 1
+                faults.counts["polygons read as boxes"] += 1
         boxes.append(values)
         classes.append(int(cls))
         where.append(at)
-    return np.array(boxes, dtype=np.float64).reshape(-1, 4), np.array(classes, dtype=np.int64), where
+    return np.array(boxes, dtype=np.float64).reshape(-1, 4), np.array(classes, dtype=np.int64), where, polygons
 
 
 class YoloDetection(DetectionDataset):
-    """The ``split`` (a key of the data YAML: ``"train"``, ``"val"``, ``"test"``) of a YOLO txt data set."""
+    """The ``split`` (a key of the data YAML: ``"train"``, ``"val"``, ``"test"``) of a YOLO txt data set;
+    ``masks``: read polygon labels as instance shapes (see the module docstring)."""
 
     def __init__(self, data_yaml: str | Path, split: str = "train", *,
-                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None):
+                 transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None,
+                 masks: bool = False):
         super().__init__(transform, faults)
+        self.masks = masks
         self.data_yaml = Path(data_yaml)
         doc, root, self.names = read_data_yaml(self.data_yaml)
         self.category_ids = list(range(1, len(self.names) + 1))
@@ -168,18 +202,19 @@ class YoloDetection(DetectionDataset):
             w, h = size
             lp = label_path(path)
             if lp.is_file():
-                parsed = _parse_labels(lp, nc, self.faults, stats)
+                parsed = _parse_labels(lp, nc, self.faults, stats, masks)
                 if parsed is None:
                     stats.skipped += 1
                     continue
-                cxcywh, classes, where = parsed
+                cxcywh, classes, where, polygons = parsed
             else:
-                cxcywh, classes, where = np.zeros((0, 4)), np.zeros(0, np.int64), []
+                cxcywh, classes, where, polygons = np.zeros((0, 4)), np.zeros(0, np.int64), [], []
                 stats.missing_labels += 1
             half = cxcywh[:, 2:] / 2
             xyxy = (np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1) * [w, h, w, h]).astype(np.float32)
-            boxes, labels = check_boxes(xyxy, classes, where, path, h, w, lp, self.faults, stats)
-            self.records.append(DetectionRecord(path, i, h, w, boxes, labels))
+            boxes, labels, kept = check_boxes_kept(xyxy, classes, where, path, h, w, lp, self.faults, stats)
+            shapes = [[(polygons[j] * [w, h]).astype(np.float32)] for j in kept] if masks else None
+            self.records.append(DetectionRecord(path, i, h, w, boxes, labels, shapes))
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:
