@@ -28,15 +28,17 @@ def randomise(model: torch.nn.Module, seed: int = 0) -> None:
 
 
 def save_like_trainer(yaml_name: str, folder: Path, nc: int = 3, seed: int = 0,
-                      names: list[str] | None = None, imgsz: int = 64) -> tuple[Path, Path]:
+                      names: list[str] | None = None, imgsz: int = 64,
+                      model_class: str = "DetectionModel") -> tuple[Path, Path]:
     """Write ``folder/last.pt`` and ``folder/best.pt`` for ultralytics' ``yaml_name`` (e.g. yolov8n.yaml);
-    class names ``names`` (default class0, class1, ...), training size ``imgsz``."""
+    class names ``names`` (default class0, class1, ...), training size ``imgsz``; ``model_class`` the
+    ultralytics model class its trainer builds (``SegmentationModel`` for a -seg YAML)."""
     tasks = import_ultralytics("ultralytics.nn.tasks")
     trainer = import_ultralytics("ultralytics.engine.trainer")
     torch_utils = import_ultralytics("ultralytics.utils.torch_utils")
     cfg = import_ultralytics("ultralytics.cfg")
     torch.manual_seed(seed)
-    model = tasks.DetectionModel(yaml_name, nc=nc, verbose=False)
+    model = getattr(tasks, model_class)(yaml_name, nc=nc, verbose=False)
     randomise(model, seed)
     model.names = dict(enumerate(names or [f"class{i}" for i in range(nc)]))
     model.args = cfg.get_cfg(overrides={"data": "data.yaml", "imgsz": imgsz})

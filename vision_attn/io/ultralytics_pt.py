@@ -1,10 +1,10 @@
 """Reading ultralytics ``.pt`` checkpoints without ultralytics and without running anything in them.
 
 An ultralytics checkpoint is a pickle (torch's zip format) of a dict whose ``model`` and ``ema``
-entries are ``ultralytics.nn.tasks.DetectionModel`` objects, saved in half precision, beside plain
-training data (``train_args``, metrics, dates). ``torch.load(weights_only=True)`` refuses it at the
-first ultralytics class and a plain ``torch.load`` imports ultralytics and calls whatever the pickle
-names. The restricted unpickler of :mod:`vision_attn.io.restricted_pickle` reads it instead, with
+entries are ``ultralytics.nn.tasks.DetectionModel`` objects (``SegmentationModel``, a subclass, in a
+-seg.pt), saved in half precision, beside plain training data (``train_args``, metrics, dates).
+``torch.load(weights_only=True)`` refuses it at the first ultralytics class and a plain ``torch.load``
+imports ultralytics and calls whatever the pickle names. The restricted unpickler of :mod:`vision_attn.io.restricted_pickle` reads it instead, with
 :data:`ULTRALYTICS_RECORDS`: any ``ultralytics.*`` class (and ``torch.nn`` module class) becomes an
 inert record of its pickled attributes, ``IterableSimpleNamespace`` too, and every other global is
 refused naming it and the file, before anything is called. Only the chosen model's tensors are read

@@ -15,6 +15,7 @@ from tests.peers import import_ultralytics
 ultralytics_tasks = import_ultralytics()
 PEER_MODELS = Path(ultralytics_tasks.__file__).resolve().parents[1] / "cfg" / "models"
 HEADS = ("Detect", "v10Detect")
+SEGMENT_HEADS = ("Segment", "Segment26")
 
 
 def peer_yaml(rel: str) -> Path:
@@ -22,14 +23,15 @@ def peer_yaml(rel: str) -> Path:
     return PEER_MODELS / rel
 
 
-def detection_pairs() -> list[tuple[str, str | None]]:
-    """(path under cfg/models, scale) for every YAML whose last row is a Detect or v10Detect head and
-    every scale it defines (None for a file without ``scales``)."""
+def detection_pairs(heads: tuple[str, ...] = HEADS) -> list[tuple[str, str | None]]:
+    """(path under cfg/models, scale) for every YAML whose last row is one of ``heads`` (default: a Detect
+    or v10Detect head; :data:`SEGMENT_HEADS` for the -seg YAMLs) and every scale it defines (None for a
+    file without ``scales``)."""
     pairs = []
     for f in sorted(PEER_MODELS.rglob("*.yaml")):
         data = yaml.safe_load(f.read_text())
         rows = data.get("head") or []
-        if rows and rows[-1][2] in HEADS:
+        if rows and rows[-1][2] in heads:
             pairs += [(f.relative_to(PEER_MODELS).as_posix(), s) for s in (data.get("scales") or [None])]
     return pairs
 
@@ -48,10 +50,10 @@ def peer_layers(rel: str, scale: str | None) -> torch.nn.Module:
     return torch.nn.ModuleDict({"model": layers})
 
 
-def peer_model(rel: str, scale: str | None) -> torch.nn.Module:
-    """The peer's DetectionModel in eval mode, with random weights and batch-norm statistics (so every
-    tensor matters when the outputs are compared)."""
-    peer = ultralytics_tasks.DetectionModel(peer_dict(rel, scale), verbose=False).eval()
+def peer_model(rel: str, scale: str | None, model_class: str = "DetectionModel") -> torch.nn.Module:
+    """The peer's DetectionModel (or ``model_class``, e.g. SegmentationModel) in eval mode, with random
+    weights and batch-norm statistics (so every tensor matters when the outputs are compared)."""
+    peer = getattr(ultralytics_tasks, model_class)(peer_dict(rel, scale), verbose=False).eval()
     with torch.no_grad():
         for key, value in peer.state_dict().items():
             if value.is_floating_point() and "dfl" not in key:

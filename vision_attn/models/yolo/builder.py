@@ -3,14 +3,21 @@
 Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
-inputs' channels; attention rows take the channels of their input (with ``{zero_init: true}`` in their
-arguments they start as the exact identity: a block that takes ``zero_init`` itself does it, any other is
+inputs' channels (a Segment head also its prototype width ``npr``, scaled like a channel count);
+attention rows take the channels of their input (with ``{zero_init: true}`` in their arguments they start
+as the exact identity: a block that takes ``zero_init`` itself does it, any other is
 wrapped in :class:`~vision_attn.layers.plugins.IdentityBlend`, keys ``model.N.block.*`` and
 ``model.N.scale``); a Backbone row reports the
 channels of its list of maps and an Index row those of the map it picks. Scale-dependent arguments
 as in ultralytics' parser (:func:`_scale_rules`): at m, l and x C3k2's ``c3k`` flag is forced on; at l
 and x A2C2f gets ``(residual=True, mlp_ratio=1.2)``. Detect's class branch is the YOLOv8 form unless
 the YAML has a row of :data:`MODERN_HEAD_ROWS`.
+
+Classifiers (the -cls YAMLs): a Classify row, the last, receives ``[c_in, nc, *rest]`` (the class count is
+never scaled); a ResNetLayer row's arguments are used as written (its ``c1`` checked against the input)
+and it gives ``c2`` (stem) or ``e * c2`` channels; a TorchVision row gives the channels it declares
+(checked). A classifier has no strides to probe, and keeps torch's batch-norm settings
+(:data:`CLASSIFIER_NORM`), as ultralytics' classification models do.
 """
 from __future__ import annotations
 
@@ -24,10 +31,13 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.layers.plugins import IdentityBlend
+from vision_attn.models.yolo.classify import Classify
 from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
+from vision_attn.models.yolo.resnet_rows import resnet_layer_channels
 from vision_attn.models.yolo.schema import MAX_CHANNELS, MULTI_INPUT_KINDS, DetectorSpec, Row, parse_spec
+from vision_attn.models.yolo.segment import Segment
 
 __all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "make_divisible"]
 
@@ -53,7 +63,8 @@ class DetectionModel(nn.Module):
 
     (B, 3, H, W) -> Detect's output: in training a list of (B, 4*reg_max + nc, H/s, W/s) maps, in
     eval (B, 4 + nc, A) decoded boxes and class probabilities. H and W must be multiples of the
-    largest stride (32 for the shipped YAMLs).
+    largest stride (32 for the shipped YAMLs). With a Classify head (:attr:`task` ``"classify"``):
+    logits (B, nc) in training and eval, any H and W; :attr:`stride` stays empty.
     """
 
     def __init__(self, layers: list[nn.Module], inputs: list[tuple[int, ...]], multi: list[bool],
@@ -69,6 +80,18 @@ class DetectionModel(nn.Module):
         self.source = spec.source
         self.stride: list[float] = []
         self.in_channels = 3
+
+    @property
+    def task(self) -> str:
+        """What the last row predicts: ``"classify"`` (a :class:`Classify` head: logits (B, nc)),
+        ``"segment"`` (a :class:`Segment` head), ``"detect"`` (any other :class:`Detect` head), else
+        ``"features"`` (rows without a head: the last row's map)."""
+        head = self.model[-1]
+        if isinstance(head, Classify):
+            return "classify"
+        if isinstance(head, Segment):
+            return "segment"
+        return "detect" if isinstance(head, Detect) else "features"
 
     def forward_rows(self, x: torch.Tensor, upto: int | None = None) -> list[Any]:
         """Run rows 0..upto-1 (all by default) and return every row's output."""
@@ -188,7 +211,10 @@ def _scale_rules(module: str, args: list[Any], scale: str | None) -> list[Any]:
 def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, spec_m: Any, legacy: bool,
                label: str) -> tuple[list[Any], dict[str, Any]]:
     """A head row ``[nc]`` (or ``[nc, reg_max]``) -> its constructor's arguments. ``reg_max`` and
-    ``end2end`` come from the YAML's top level unless the head fixes them (``v10Detect``)."""
+    ``end2end`` come from the YAML's top level unless the head fixes them (``v10Detect``). A
+    segmentation head's row is ``[nc, nm, npr]`` (:func:`_segment_args`)."""
+    if spec_m.segment:
+        return _segment_args(row, args, ch_in, spec, legacy, label)
     if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or len(args) > 2:
         raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc], got {row.args!r}")
     if not spec_m.head_options:
@@ -200,6 +226,63 @@ def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, 
     if not isinstance(reg_max, int) or isinstance(reg_max, bool) or not 1 <= reg_max <= 64:
         raise ConfigError(f"{label}: row {row.index} field 'args': reg_max {reg_max!r} must be 1 to 64")
     return [args[0], reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
+
+
+def _segment_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, legacy: bool,
+                  label: str) -> tuple[list[Any], dict[str, Any]]:
+    """A segmentation head's ``[nc, nm, npr]`` (``nm`` mask coefficients, default 32; ``npr`` prototype
+    channels, default 256, scaled by width and capped like a conv row's output, as ultralytics' parser
+    does) -> ``[nc, nm, npr, reg_max, [input channels]]``, reg_max and end2end from the YAML's top level."""
+    ints = all(isinstance(a, int) and not isinstance(a, bool) and a >= 1 for a in args)
+    if not args or not ints or len(args) > 3:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc, nm, npr] (classes, mask "
+                          f"coefficients, prototype channels), e.g. [nc, 32, 256]; got {row.args!r}")
+    nc, nm, npr = [*args, 32, 256][:3] if len(args) == 1 else [*args, 256][:3]
+    if nm > 256 or npr > MAX_CHANNELS:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {nm} mask coefficients / {npr} prototype "
+                          f"channels is too many (at most 256 / {MAX_CHANNELS}); check the row")
+    npr = make_divisible(min(npr, spec.max_channels) * spec.width, 8)
+    return [nc, nm, npr, spec.reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
+
+
+def _classify_args(row: Row, args: list[Any], c1: int, last: bool, label: str) -> list[Any]:
+    """A Classify row's ``[nc]`` or ultralytics' ``[c2, k, s, p, g]`` -> ``[c1, c2, *rest]`` (``c2`` not
+    scaled: it is the class count). The head ends the network, so it must be the last row."""
+    if not last:
+        raise ConfigError(f"{label}: row {row.index} ({row.module}): the classification head gives logits, not a "
+                          "map, so it must be the last row; move it to the end of 'head'")
+    c2 = args[0] if args else None
+    if not isinstance(c2, int) or isinstance(c2, bool) or not 1 <= c2 <= MAX_CHANNELS or len(args) > 5:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc] (or [nc, k, s, p, g]), "
+                          f"got {row.args!r}")
+    return [c1, c2, *args[1:]]
+
+
+def _resnet_args(row: Row, args: list[Any], c1: int, label: str) -> tuple[list[Any], int]:
+    """A ResNetLayer row's ``[c1, c2, s, is_first, n, e]`` (unscaled, as ultralytics builds it) -> the
+    same arguments and the row's output channels; ``c1`` must be the input's channel count."""
+    ints = [a for i, a in enumerate(args) if i != 3]
+    if (not 2 <= len(args) <= 6 or not all(isinstance(a, int) and not isinstance(a, bool) and a >= 1 for a in ints)
+            or (len(args) > 3 and not isinstance(args[3], bool)) or max(ints) > MAX_CHANNELS):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [c1, c2, stride, is_first, "
+                          f"blocks, expansion], e.g. [64, 64, 1, False, 3]; got {row.args!r}")
+    if args[0] != c1:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module}'s input has {c1} channels, not "
+                          f"{args[0]}; write [{c1}, {', '.join(map(str, args[1:]))}]")
+    is_first = bool(args[3]) if len(args) > 3 else False
+    e = args[5] if len(args) > 5 else 4
+    return list(args), resnet_layer_channels(args[1], is_first, e)
+
+
+def _torchvision_args(row: Row, args: list[Any], c1: int, label: str
+                      ) -> tuple[list[Any], dict[str, Any], int]:
+    """A TorchVision row's ``[c2, model, weights, unwrap, truncate, split]`` -> the module's arguments,
+    keywords and the declared output channels ``c2`` (checked against the built module)."""
+    if (len(args) < 2 or not isinstance(args[0], int) or isinstance(args[0], bool) or not isinstance(args[1], str)
+            or len(args) > 6):
+        raise ConfigError(f"{label}: row {row.index} field 'args': TorchVision takes [channels, model, weights, "
+                          f"unwrap, truncate], e.g. [512, resnet18, null, True, 2]; got {row.args!r}")
+    return list(args[1:]), {"in_channels": c1}, args[0]
 
 
 def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
@@ -280,15 +363,25 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             args, kwargs = _backbone_args(row, args, c1, label)
         elif spec_m.kind == "index":
             args, c2 = _index_args(row, args, c1, label)
+        elif spec_m.kind == "classify":
+            args = _classify_args(row, args, c1, row.index == len(spec.rows) - 1, label)
+            c2 = 0
+        elif spec_m.kind == "resnet":
+            args, c2 = _resnet_args(row, args, c1, label)
+        elif spec_m.kind == "torchvision":
+            args, kwargs, c2 = _torchvision_args(row, args, c1, label)
         else:
             c2 = c1
-        if spec_m.kind in ("backbone", "index") and row.repeats != 1:
+        if spec_m.kind in ("backbone", "index", "classify", "resnet", "torchvision") and row.repeats != 1:
             raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
         if spec_m.kind == "attention" and identity_start:
             modules = [IdentityBlend(m) for m in modules]
         if spec_m.kind == "backbone":
             c2 = list(modules[0].channels)
+        if spec_m.kind == "torchvision" and modules[0].out_channels != c2:
+            raise ConfigError(f"{label}: row {row.index} field 'args': {args[0]} gives {modules[0].out_channels} "
+                              f"channels, not {c2}; write {modules[0].out_channels} first")
         layer = modules[0] if n == 1 else nn.Sequential(*modules)
         layers.append(layer)
         inputs.append(row.inputs)
@@ -301,8 +394,22 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
     model.in_channels = image_channels
     if spec.activation is not None:
         _set_activation(model, spec.activation)
+    if model.task == "classify":
+        _classifier_norms(model)
     _probe_strides(model, label)
     return model
+
+
+CLASSIFIER_NORM = {"eps": 1e-5, "momentum": 0.1}
+"""Batch-norm settings of a classifier (a Classify head): torch's defaults, as ultralytics' classification
+models keep them (only its detection-type models set eps 1e-3, momentum 0.03), so their weights give
+the same logits."""
+
+
+def _classifier_norms(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eps, m.momentum = CLASSIFIER_NORM["eps"], CLASSIFIER_NORM["momentum"]
 
 
 def _probe_strides(model: DetectionModel, label: str) -> None:

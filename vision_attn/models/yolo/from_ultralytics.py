@@ -1,7 +1,10 @@
 """A detector of ours from an ultralytics ``.pt``: built from the YAML dict the file carries (at the
 scale it names), loaded with the file's float32 weights. ultralytics and our builder give the same
 state-dict keys, so the weights load strictly; only a class-count change re-initialises the last
-layer of each class branch (the head's ``cv3.*.2``), and :func:`detector_from_ultralytics` says so."""
+layer of each class branch (the head's ``cv3.*.2``; of a YOLO26 segmentation head also its semantic
+branch's ``proto.semseg.2``), and :func:`detector_from_ultralytics` says so. A ``-seg.pt``
+(``SegmentationModel``) gives a segmentation model (:class:`~vision_attn.models.yolo.segment.Segment`
+head) the same way."""
 from __future__ import annotations
 
 import os

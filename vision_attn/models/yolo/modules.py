@@ -8,7 +8,10 @@ these classes. Kinds:
   argument (and the row itself is built once).
 - ``concat``: output channels are the sum of the inputs'.
 - ``detect``: receives ``[nc, reg_max, [input channels]]`` and the keywords ``legacy`` and
-  ``end2end`` (``head_options``), or only ``[nc, [input channels]]`` (a head that fixes them).
+  ``end2end`` (``head_options``), or only ``[nc, [input channels]]`` (a head that fixes them). A
+  segmentation head (``segment``) takes the row's ``[nc, nm, npr]`` (mask coefficients, prototype
+  channels; ``npr`` scaled by width and capped like a channel count) and receives
+  ``[nc, nm, npr, reg_max, [input channels]]`` and the same keywords.
 - ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
   (``[-1, 1, CBAM, []]``); output channels = input channels.
 - ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``,
@@ -19,6 +22,12 @@ these classes. Kinds:
 - ``backbone``: a registered model by name (``[swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]``);
   its output is a list of feature maps whose channel counts the module reports.
 - ``index``: picks one map of a backbone row's list (``[2]``, or ultralytics' ``[channels, 2]``).
+- ``classify``: the classification head, the last row: ``[nc]`` or ultralytics' ``[c2, k, s, p, g]``;
+  receives ``[c_in, c2, *rest]`` (``c2``, the class count, is not scaled by width); no map follows it.
+- ``resnet``: ResNetLayer ``[c1, c2, s, is_first, n, e]`` as written (not scaled, as in ultralytics);
+  ``c1`` must equal the input's channels; output channels ``c2`` (stem) or ``e * c2`` (a stage).
+- ``torchvision``: ultralytics' TorchVision ``[c2, model, weights, unwrap, truncate]``: a torchvision
+  ResNet as one row (:mod:`~vision_attn.models.yolo.torchvision_row`); ``c2`` is checked.
 """
 from __future__ import annotations
 
@@ -31,12 +40,16 @@ from vision_attn.layers.plugins import CBAM, ECA, CoordAttention, SqueezeExcite,
 from vision_attn.models.yolo.area_attention import A2C2f, AreaAttention
 from vision_attn.models.yolo.backbone import Backbone, Index
 from vision_attn.models.yolo.blocks import C2, C2f, C3, C3k, C3k2, SPP, SPPF, Bottleneck, Concat
+from vision_attn.models.yolo.classify import Classify
 from vision_attn.models.yolo.composite import CBFuse, CBLinear
 from vision_attn.models.yolo.conv import Conv, DWConv
 from vision_attn.models.yolo.detect import Detect, V10Detect
 from vision_attn.models.yolo.elan import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
 from vision_attn.models.yolo.ghost import C3Ghost, GhostBottleneck, GhostConv
 from vision_attn.models.yolo.psa import C2PSA, PSA
+from vision_attn.models.yolo.resnet_rows import ResNetLayer
+from vision_attn.models.yolo.torchvision_row import TorchVision
+from vision_attn.models.yolo.segment import Segment, Segment26
 from vision_attn.models.yolo.swin import MapSwin
 from vision_attn.models.yolo.transformer import MapTransformer
 from vision_attn.models.yolo.v10 import C2fCIB, SCDown
@@ -49,9 +62,11 @@ class ModuleSpec:
     """How the builder treats one allowed module name."""
 
     factory: Callable[..., nn.Module]
-    kind: str  # conv | concat | detect | attention | plain | split | fuse | backbone | index
+    kind: str  # conv | concat | detect | classify | resnet | torchvision | attention | plain | split | fuse
+    # | backbone | index
     repeat: bool = False  # the row's repeats go into the module (third argument)
     head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
+    segment: bool = False  # a detect row of a segmentation head: args [nc, nm, npr]
 
 
 MODULES: dict[str, ModuleSpec] = {
@@ -84,6 +99,11 @@ MODULES: dict[str, ModuleSpec] = {
     "A2C2f": ModuleSpec(A2C2f, "conv", repeat=True),
     "Detect": ModuleSpec(Detect, "detect"),
     "v10Detect": ModuleSpec(V10Detect, "detect", head_options=False),
+    "Classify": ModuleSpec(Classify, "classify"),
+    "ResNetLayer": ModuleSpec(ResNetLayer, "resnet"),
+    "TorchVision": ModuleSpec(TorchVision, "torchvision"),
+    "Segment": ModuleSpec(Segment, "detect", segment=True),
+    "Segment26": ModuleSpec(Segment26, "detect", segment=True),
     "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
     "Upsample": ModuleSpec(nn.Upsample, "plain"),
     "nn.MaxPool2d": ModuleSpec(nn.MaxPool2d, "plain"),

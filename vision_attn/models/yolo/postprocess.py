@@ -16,17 +16,19 @@ from typing import Sequence
 import torch
 from torchvision.ops import batched_nms, box_convert
 
-__all__ = ["Detections", "postprocess", "to_original", "topk_pairs", "is_end_to_end"]
+__all__ = ["Detections", "postprocess", "to_original", "topk_anchors", "topk_pairs", "is_end_to_end"]
 
 
 @dataclass
 class Detections:
     """One image's detections: ``boxes`` (N, 4) xyxy pixels, ``scores`` (N,), ``labels`` (N,) int64,
-    sorted by falling score."""
+    sorted by falling score; ``coeffs`` (N, nm) the mask coefficients of a segmentation model's
+    detections (``postprocess(..., nm=nm)``), else None."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
     labels: torch.Tensor
+    coeffs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.scores.numel())
@@ -45,8 +47,16 @@ def topk_pairs(pred: torch.Tensor, max_det: int, agnostic: bool = False
     NMS, by falling score: boxes (B, k, 4) xyxy pixels, scores (B, k), labels (B, k) int64. The k anchors
     of highest class probability, then the k best (anchor, class) pairs among them (an anchor may come
     twice, with two classes); ``agnostic``: each anchor once, with its best class."""
-    pred = pred.transpose(1, 2)  # (B, A, 4 + nc)
-    boxes, probs = box_convert(pred[..., :4], "cxcywh", "xyxy"), pred[..., 4:]
+    boxes, scores, labels, _ = topk_anchors(pred, max_det, agnostic)
+    return boxes, scores, labels
+
+
+def topk_anchors(pred: torch.Tensor, max_det: int, agnostic: bool = False, nm: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`topk_pairs` of (B, 4 + nc + nm, A) (``nm`` trailing mask-coefficient channels, left out of
+    the class scores), also giving each detection's anchor index (B, k) (to gather its coefficients)."""
+    pred = pred.transpose(1, 2)  # (B, A, 4 + nc + nm)
+    boxes, probs = box_convert(pred[..., :4], "cxcywh", "xyxy"), pred[..., 4:pred.shape[-1] - nm]
     nc, k = probs.shape[-1], min(max_det, pred.shape[1])
     if agnostic:
         best, labels = probs.max(-1)
@@ -56,12 +66,12 @@ def topk_pairs(pred: torch.Tensor, max_det: int, agnostic: bool = False
         top = probs.amax(-1).topk(k, dim=1).indices  # (B, k) anchors
         scores, flat = probs.gather(1, top.unsqueeze(-1).expand(-1, -1, nc)).flatten(1).topk(k, dim=1)
         labels, anchor = flat % nc, top.gather(1, flat // nc)
-    return boxes.gather(1, anchor.unsqueeze(-1).expand(-1, -1, 4)), scores, labels
+    return boxes.gather(1, anchor.unsqueeze(-1).expand(-1, -1, 4)), scores, labels, anchor
 
 
 def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
                 pre_nms: int = 30000, multi_label: bool = False, agnostic: bool = False,
-                end2end: bool = False) -> list[Detections]:
+                end2end: bool = False, nm: int = 0) -> list[Detections]:
     """Decoded output (B, 4 + nc, A) (``cx, cy, w, h`` pixels, class probabilities) -> one
     :class:`Detections` per image.
 
@@ -73,18 +83,26 @@ def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max
     ``end2end`` (the output of an end-to-end head, :func:`is_end_to_end`): no NMS, the top-k of
     :func:`topk_pairs` above ``conf`` (``iou``, ``pre_nms`` and ``multi_label`` do not apply; ``agnostic``
     keeps each anchor once).
+
+    ``nm``: a segmentation head's output (B, 4 + nc + nm, A) (the ``pred`` of its ``(pred, protos)``):
+    the last ``nm`` channels are mask coefficients, not classes; each image's detections then carry
+    theirs as ``coeffs`` (N, nm), for :func:`vision_attn.models.yolo.masks.instance_masks`.
     """
-    if pred.ndim != 3 or pred.shape[1] < 5:
-        raise ValueError(f"expected the decoded head output (B, 4 + nc, A), got {tuple(pred.shape)}")
+    if pred.ndim != 3 or pred.shape[1] < 5 + nm:
+        layout = f"(B, 4 + nc + {nm}, A)" if nm else "(B, 4 + nc, A)"
+        raise ValueError(f"expected the decoded head output {layout}, got {tuple(pred.shape)}")
     if end2end:
-        boxes, scores, labels = topk_pairs(pred.detach().float(), max_det, agnostic)
+        boxes, scores, labels, anchor = topk_anchors(pred.detach().float(), max_det, agnostic, nm)
         keep = scores > conf
-        return [Detections(b[m], s[m], lb[m]) for b, s, lb, m in zip(boxes, scores, labels, keep)]
-    pred = pred.detach().float().transpose(1, 2)  # (B, A, 4 + nc)
+        coeffs = pred.detach().float()[:, pred.shape[1] - nm:].transpose(1, 2)  # (B, A, nm)
+        return [Detections(b[m], s[m], lb[m], c[a[m]] if nm else None)
+                for b, s, lb, m, a, c in zip(boxes, scores, labels, keep, anchor, coeffs)]
+    pred = pred.detach().float().transpose(1, 2)  # (B, A, 4 + nc + nm)
     boxes_all = box_convert(pred[..., :4], "cxcywh", "xyxy")
-    probs_all = pred[..., 4:]
+    probs_all = pred[..., 4:pred.shape[-1] - nm]
+    coeffs_all = pred[..., pred.shape[-1] - nm:]
     out = []
-    for boxes, probs in zip(boxes_all, probs_all):  # one image at a time: each keeps a different count
+    for boxes, probs, coeffs in zip(boxes_all, probs_all, coeffs_all):  # one image at a time
         if multi_label:
             anchor, label = (probs > conf).nonzero(as_tuple=True)
             scores = probs[anchor, label]
@@ -97,7 +115,7 @@ def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max
             anchor, label = anchor[top], label[top]
         boxes_i = boxes[anchor]
         keep = batched_nms(boxes_i, scores, torch.zeros_like(label) if agnostic else label, iou)[:max_det]
-        out.append(Detections(boxes_i[keep], scores[keep], label[keep]))
+        out.append(Detections(boxes_i[keep], scores[keep], label[keep], coeffs[anchor[keep]] if nm else None))
     return out
 
 
