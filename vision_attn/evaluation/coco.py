@@ -1,4 +1,4 @@
-"""COCO box mAP on per-image box lists, built in memory (pycocotools or faster-coco-eval).
+"""COCO box and mask mAP on per-image box (and mask) lists, built in memory (pycocotools or faster-coco-eval).
 
 ``coco_map(ground_truth, detections, names=..., category_ids=...)`` takes, per image,
 ground truth ``{image_id, boxes (n, 4) xyxy in original pixels, labels (n,) class indices, orig_size (h, w)}``
@@ -8,6 +8,11 @@ arrays; an image missing from ``detections`` has none). Class index ``k`` become
 box area (the traps that silently change COCO's numbers). No detections at all give AP 0 (``loadRes([])``
 would raise). ``backend="faster"`` runs faster-coco-eval's C++ evaluator on the same objects and gives the
 same numbers. Printing of either library is suppressed.
+
+Ground truth may flag crowd regions (``iscrowd`` (n,) bool: matched but never counted as misses, as
+COCO does). Mask AP (``iou_type="segm"``): ground truth and detections also carry ``masks``, one per box,
+in original pixels, as COCO RLE dicts or binary (h, w) arrays (encoded here); the annotations' areas
+are then the masks'.
 """
 from __future__ import annotations
 
@@ -20,11 +25,15 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from pycocotools import mask as coco_mask
+
+from vision_attn.data.masks import encode_mask
 from vision_attn.errors import ConfigError, DataError
 
 __all__ = ["CocoResult", "coco_map", "check_category_mapping"]
 
 Backend = Literal["pycocotools", "faster"]
+IouType = Literal["bbox", "segm"]
 
 
 @dataclass
@@ -99,8 +108,36 @@ def _xywh(boxes: np.ndarray, what: str) -> np.ndarray:
     return out
 
 
+def _rle(mask: Any, size: tuple[int, int], what: str) -> dict[str, Any]:
+    """A mask given as a COCO RLE dict (compressed, ``counts`` bytes or str) or a binary (h, w) array ->
+    a compressed RLE of the image's size."""
+    if isinstance(mask, Mapping):
+        rle = {"size": [int(v) for v in mask["size"]], "counts": mask["counts"]}
+        if isinstance(rle["counts"], str):
+            rle["counts"] = rle["counts"].encode("ascii")
+    else:
+        array = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask)
+        if array.ndim != 2:
+            raise DataError(f"{what}: a mask of shape {array.shape}; give (h, w) binary masks or COCO RLEs")
+        rle = encode_mask(array.astype(np.uint8))
+    if tuple(rle["size"]) != tuple(size):
+        raise DataError(f"{what}: a mask of size {list(rle['size'])} (height, width) for an image of {list(size)}; "
+                        "masks are in original image pixels")
+    return rle
+
+
+def _masks(entry: Mapping[str, Any], n: int, size: tuple[int, int], what: str) -> list[dict[str, Any]]:
+    masks = entry.get("masks")
+    if masks is None:
+        raise DataError(f"{what}: no 'masks'; mask mAP (iou_type='segm') needs a mask per box")
+    if len(masks) != n:
+        raise DataError(f"{what}: {len(masks)} masks for {n} boxes; give one mask per box")
+    return [_rle(m, size, what) for m in masks]
+
+
 def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]],
-           names: Sequence[str], ids: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]], np.ndarray]:
+           names: Sequence[str], ids: list[int], segm: bool = False
+           ) -> tuple[dict[str, Any], list[dict[str, Any]], np.ndarray]:
     nc = len(names)
     images, annotations = [], []
     seen: set[int] = set()
@@ -114,13 +151,20 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
         what = f"ground truth of image_id {iid}"
         boxes = _array(g["boxes"], np.float64, (4,), what)
         labels = _labels(g["labels"], len(boxes), nc, what, "labels are class indices (0-based), not category ids")
+        crowd = np.asarray(g.get("iscrowd", np.zeros(len(boxes), bool)), bool).reshape(-1)
+        if len(crowd) != len(boxes):
+            raise DataError(f"{what}: {len(crowd)} iscrowd flags for {len(boxes)} boxes")
         images.append({"id": iid, "width": w, "height": h})
         xywh = _xywh(boxes, what)
-        n_gt += np.bincount(labels, minlength=nc)
+        n_gt += np.bincount(labels[~crowd], minlength=nc)
         start = len(annotations) + 1  # annotation ids from 1: an id of 0 silently halves AP
-        annotations += [{"id": start + j, "image_id": iid, "category_id": ids[c], "bbox": b,
-                         "area": b[2] * b[3], "iscrowd": 0}
-                        for j, (b, c) in enumerate(zip(xywh.tolist(), labels.tolist()))]
+        anns = [{"id": start + j, "image_id": iid, "category_id": ids[c], "bbox": b, "area": b[2] * b[3],
+                 "iscrowd": int(k)} for j, (b, c, k) in enumerate(zip(xywh.tolist(), labels.tolist(), crowd.tolist()))]
+        if segm:  # the mask's own area, as COCO's annotations state it
+            for a, rle in zip(anns, _masks(g, len(boxes), (h, w), what)):
+                a["segmentation"], a["area"] = rle, float(coco_mask.area(rle))
+        annotations += anns
+    sizes = {im["id"]: (im["height"], im["width"]) for im in images}
     results: list[dict[str, Any]] = []
     for d in detections:
         iid = int(d["image_id"])
@@ -134,14 +178,18 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
         labels = _labels(d["labels"], len(boxes), nc, what,
                          "detections must carry class indices 0..nc-1 (not COCO category ids); "
                          "check the model's num_classes against the data's names")
-        results += [{"image_id": iid, "category_id": ids[c], "bbox": b, "score": s}
-                    for b, s, c in zip(_xywh(boxes, what).tolist(), scores.tolist(), labels.tolist())]
+        found = [{"image_id": iid, "category_id": ids[c], "bbox": b, "score": s}
+                 for b, s, c in zip(_xywh(boxes, what).tolist(), scores.tolist(), labels.tolist())]
+        if segm:
+            for r, rle in zip(found, _masks(d, len(boxes), sizes[iid], what)):
+                r["segmentation"] = rle
+        results += found
     categories = [{"id": cid, "name": str(n)} for cid, n in zip(ids, names)]
     return {"images": images, "annotations": annotations, "categories": categories}, results, n_gt
 
 
 def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: Backend,
-              max_dets: int) -> tuple[np.ndarray, list[float]]:
+              max_dets: int, iou_type: IouType = "bbox") -> tuple[np.ndarray, list[float]]:
     """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers."""
     if backend == "pycocotools":
         from pycocotools.coco import COCO
@@ -161,7 +209,7 @@ def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: B
         gt.createIndex()
         dt = gt.loadRes(results)
         kwargs = {"print_function": lambda *a, **k: None} if backend == "faster" else {}
-        ev = COCOeval(gt, dt, "bbox", **kwargs)
+        ev = COCOeval(gt, dt, iou_type, **kwargs)
         ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
         ev.evaluate()
         ev.accumulate()
@@ -176,20 +224,23 @@ def _mean(p: np.ndarray) -> float:
 
 def coco_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]], *,
              names: Sequence[str], category_ids: Sequence[int], backend: Backend = "pycocotools",
-             max_dets: int = 100) -> CocoResult:
-    """COCO box AP of ``detections`` against ``ground_truth`` (see the module docstring).
+             max_dets: int = 100, iou_type: IouType = "bbox") -> CocoResult:
+    """COCO box AP (``iou_type="bbox"``) or mask AP (``"segm"``) of ``detections`` against
+    ``ground_truth`` (see the module docstring).
 
     ``names``/``category_ids``: the data set's classes and their COCO ids; ``max_dets``: detections kept
     per image (by score) for AP, COCO's 100 by default."""
+    if iou_type not in ("bbox", "segm"):
+        raise ConfigError(f"iou_type={iou_type!r}: choose bbox (boxes) or segm (masks)")
     ids = check_category_mapping(names, category_ids)
     if max_dets < 1:
         raise ConfigError(f"max_dets={max_dets}: give the number of detections per image to keep, at least 1")
-    dataset, results, n_gt = _build(ground_truth, detections, names, ids)
+    dataset, results, n_gt = _build(ground_truth, detections, names, ids, segm=iou_type == "segm")
     nc = len(names)
     if not results:  # loadRes([]) raises in pycocotools: nothing detected is AP 0 wherever there is ground truth
         per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
         return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
-    precision, stats = _evaluate(dataset, results, backend, max_dets)
+    precision, stats = _evaluate(dataset, results, backend, max_dets, iou_type)
     # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, 4 area ranges, 3 max-dets)
     order = np.argsort(ids)  # COCOeval's category axis follows sorted ids; map it back to class indices
     p = np.empty_like(precision[:, :, :, 0, -1])

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import DataError
-from vision_attn.losses.assigner import TaskAlignedAssigner
+from vision_attn.losses.assigner import Assignment, TaskAlignedAssigner
 from vision_attn.losses.boxes import box_to_dist, ciou, dist_to_box
 from vision_attn.losses.dfl import distribution_focal_loss
 from vision_attn.models.yolo.detect import make_anchors
 
-__all__ = ["DetectionLoss", "LossParts", "pad_targets"]
+__all__ = ["Assigned", "DetectionLoss", "LossParts", "pad_targets"]
 
 
 @dataclass
@@ -37,6 +37,25 @@ class LossParts:
     box: torch.Tensor
     cls: torch.Tensor
     dfl: torch.Tensor
+
+
+@dataclass
+class Assigned:
+    """One batch decoded and assigned: the flat maps (B, 4*reg_max + nc, A), class logits (B, A, nc),
+    distance logits (B, A, 4, reg_max) and distances (B, A, 4), predicted boxes (B, A, 4) xyxy in grid
+    units, anchor points (A, 2) and strides (A, 1), the :class:`Assignment`, the sum of the class
+    targets (the normaliser, >= 1) and the input's (H, W) in pixels."""
+
+    flat: torch.Tensor
+    pred_logits: torch.Tensor
+    dist_logits: torch.Tensor
+    dist: torch.Tensor
+    pred_boxes: torch.Tensor
+    points: torch.Tensor
+    strides: torch.Tensor
+    targets: Assignment
+    score_sum: torch.Tensor
+    input_size: tuple[float, float]
 
 
 def pad_targets(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], device: torch.device
@@ -79,9 +98,9 @@ class DetectionLoss(nn.Module):
         self.assigner = TaskAlignedAssigner(topk=topk, topk2=topk2, alpha=alpha, beta=beta, min_side=min_side)
         self.register_buffer("bins", torch.arange(self.reg_max, dtype=torch.float32), persistent=False)
 
-    def forward(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
-                labels: Sequence[torch.Tensor]) -> LossParts:
-        """Raw maps of the head, per-image ground truth -> the loss and its parts."""
+    def assign(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
+               labels: Sequence[torch.Tensor]) -> Assigned:
+        """Decode the raw maps and assign their anchors to the ground truth (what every term reads)."""
         head = self.head[0]
         b = feats[0].shape[0]
         if len(boxes) != b or len(labels) != b:
@@ -102,25 +121,36 @@ class DetectionLoss(nn.Module):
                             f"data's names against the model's num_classes")
         targets = self.assigner(pred_logits.detach().sigmoid(), pred_boxes.detach() * strides, points * strides,
                                 gt_labels, gt_boxes, gt_mask)
-        score_sum = targets.scores.sum().clamp(min=1)
-        cls = F.binary_cross_entropy_with_logits(pred_logits, targets.scores, reduction="sum") / score_sum
+        h, w = (s * float(head.stride[0]) for s in feats[0].shape[-2:])
+        return Assigned(flat, pred_logits, dist_logits, dist, pred_boxes, points, strides, targets,
+                        targets.scores.sum().clamp(min=1), (h, w))
 
+    def detection_terms(self, a: Assigned) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The (box, cls, dfl) terms, each normalised by the sum of the class targets, unweighted."""
+        targets, score_sum = a.targets, a.score_sum
+        cls = F.binary_cross_entropy_with_logits(a.pred_logits, targets.scores, reduction="sum") / score_sum
         fg = targets.foreground
         if bool(fg.any()):
             weight = targets.scores.sum(-1)[fg]  # (P,)
-            target_boxes = targets.boxes / strides  # grid units
-            box = ((1 - ciou(pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
+            target_boxes = targets.boxes / a.strides  # grid units
+            box = ((1 - ciou(a.pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
             if self.reg_max > 1:
-                target_dist = box_to_dist(points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
-                dfl = (distribution_focal_loss(dist_logits[fg], target_dist) * weight).sum() / score_sum
+                target_dist = box_to_dist(a.points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
+                dfl = (distribution_focal_loss(a.dist_logits[fg], target_dist) * weight).sum() / score_sum
             else:  # L1 on the distances in pixels over the input's (W, H, W, H)
-                h, w = (s * float(head.stride[0]) for s in feats[0].shape[-2:])
-                scale = strides / flat.new_tensor([w, h, w, h])  # (A, 4)
-                target_dist = box_to_dist(points, target_boxes) * scale
-                l1 = (dist * scale - target_dist).abs()[fg].mean(-1)
+                h, w = a.input_size
+                scale = a.strides / a.flat.new_tensor([w, h, w, h])  # (A, 4)
+                target_dist = box_to_dist(a.points, target_boxes) * scale
+                l1 = (a.dist * scale - target_dist).abs()[fg].mean(-1)
                 dfl = (l1 * weight).sum() / score_sum
         else:  # no object in the batch: the box terms are 0 but keep the graph
-            box = dfl = flat.sum() * 0
+            box = dfl = a.flat.sum() * 0
+        return box, cls, dfl
+
+    def forward(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
+                labels: Sequence[torch.Tensor]) -> LossParts:
+        """Raw maps of the head, per-image ground truth -> the loss and its parts."""
+        box, cls, dfl = self.detection_terms(self.assign(feats, boxes, labels))
         g_box, g_cls, g_dfl = self.gains
         total = g_box * box + g_cls * cls + g_dfl * dfl
         return LossParts(total, box.detach(), cls.detach(), dfl.detach())

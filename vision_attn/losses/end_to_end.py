@@ -17,6 +17,7 @@ puts them in its ``state_dict`` (so in a training checkpoint), and a resumed run
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.losses.detection import DetectionLoss, LossParts
+from vision_attn.losses.detection import DetectionLoss
 
 __all__ = ["BranchWeights", "EndToEndLoss", "YOLO26_WEIGHTS", "YOLOV10_WEIGHTS"]
 
@@ -60,24 +61,28 @@ class EndToEndLoss(nn.Module):
         weights: :class:`BranchWeights`, or ``"yolo26"`` / ``"yolov10"``.
         box_gain, cls_gain, dfl_gain, alpha, beta: as :class:`DetectionLoss`, for both branches.
         o2m_topk: positives per box of the one-to-many branch.
+        loss: the loss of each branch (:class:`DetectionLoss`, or a subclass such as
+            :class:`~vision_attn.losses.SegmentationLoss`, whose extra targets (masks) follow the labels),
+            built with ``loss_kwargs`` besides the gains.
 
-    Input: the head's training output, ``{"one2many": maps, "one2one": maps}`` with each a list of
-    (B, 4*reg_max + nc, H_i, W_i) maps. Output: :class:`LossParts` whose ``total`` is the weighted sum
+    Input: the head's training output, ``{"one2many": maps, "one2one": maps}`` with each what the branch
+    loss takes (a list of (B, 4*reg_max + nc, H_i, W_i) maps for detection). Output: the branch loss's
+    parts (:class:`~vision_attn.losses.LossParts`) whose ``total`` is the weighted sum
     and whose parts are the one-to-one branch's (the branch that predicts, as ultralytics' ``E2ELoss`` logs).
     """
 
     def __init__(self, model: nn.Module, *, weights: BranchWeights | str = YOLO26_WEIGHTS, box_gain: float = 7.5,
                  cls_gain: float = 0.5, dfl_gain: float = 1.5, o2m_topk: int = 10, alpha: float = 0.5,
-                 beta: float = 6.0) -> None:
+                 beta: float = 6.0, loss: type[DetectionLoss] = DetectionLoss, **loss_kwargs: Any) -> None:
         super().__init__()
         if isinstance(weights, str):
             if weights not in WEIGHTS:
                 raise ConfigError(f"end-to-end loss weights {weights!r}: choose one of {sorted(WEIGHTS)}")
             weights = WEIGHTS[weights]
         self.weights = weights
-        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain, alpha=alpha, beta=beta)
-        self.one_to_many = DetectionLoss(model, topk=o2m_topk, **gains)
-        self.one_to_one = DetectionLoss(model, topk=weights.o2o_topk, topk2=weights.o2o_topk2, **gains)
+        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain, alpha=alpha, beta=beta, **loss_kwargs)
+        self.one_to_many = loss(model, topk=o2m_topk, **gains)
+        self.one_to_one = loss(model, topk=weights.o2o_topk, topk2=weights.o2o_topk2, **gains)
         self.nc, self.reg_max = self.one_to_one.nc, self.one_to_one.reg_max
         self.epoch, self.epochs = 0, 1
 
@@ -101,12 +106,12 @@ class EndToEndLoss(nn.Module):
                               "{'epoch': int, 'epochs': int}")
         self.set_epoch(int(state["epoch"]), int(state["epochs"]))
 
-    def forward(self, preds: Mapping[str, Sequence[torch.Tensor]], boxes: Sequence[torch.Tensor],
-                labels: Sequence[torch.Tensor]) -> LossParts:
+    def forward(self, preds: Mapping[str, Any], boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor],
+                *more: Sequence[torch.Tensor]) -> Any:
         if not isinstance(preds, Mapping) or not {"one2many", "one2one"} <= set(preds):
             raise ConfigError("the end-to-end loss needs the head's training output with 'one2many' and 'one2one' "
                               "branches; this head has no one-to-one branch (train it with the YOLOv8 loss)")
         o2m, o2o = self.branch_weights
-        many = self.one_to_many(preds["one2many"], boxes, labels)
-        one = self.one_to_one(preds["one2one"], boxes, labels)
-        return LossParts(o2m * many.total + o2o * one.total, one.box, one.cls, one.dfl)
+        many = self.one_to_many(preds["one2many"], boxes, labels, *more)
+        one = self.one_to_one(preds["one2one"], boxes, labels, *more)
+        return dataclasses.replace(one, total=o2m * many.total + o2o * one.total)
