@@ -15,6 +15,7 @@ from vision_attn.tasks.classify.module import ClassificationModule
 from vision_attn.tasks.classify.network import build_network, network_spec, pretrained_normalisation
 from vision_attn.tasks.classify.plots import CLASSIFICATION_PANELS, plot_confusion
 from vision_attn.tasks.classify.run import accuracy_report, load_classifier_run
+from vision_attn.tasks.classify.yolo import YOLO_MEAN, YOLO_STD
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
@@ -43,6 +44,9 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
         if found:
             data_cfg.update(found)
             say(f"data: normalised as the checkpoint was, mean {_triple(found['mean'])}, std {_triple(found['std'])}")
+    if data_cfg.get("mean") is None and data_cfg.get("std") is None and model_cfg.get("yaml"):
+        data_cfg.update(mean=YOLO_MEAN, std=YOLO_STD)  # a YOLO classifier sees images in [0, 1]
+        say("data: not normalised (a YOLO classifier's input: images in [0, 1], mean 0, std 1)")
     datamodule = ClassificationDataModule(**data_cfg)
     splits = datamodule.scan()
     say(f"data: {splits.summary()}")
@@ -62,7 +66,8 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
 def _shadow(module, cfg) -> tuple[Any, str]:
     hp = module.hparams  # the name and sizes a transformers folder stated are resolved there
     net = build_network(hp.name, hp.model_kwargs, attention=cfg.model.attention,
-                        num_classes=hp.num_classes, img_size=cfg.data.img_size)
+                        num_classes=hp.num_classes, img_size=cfg.data.img_size, yaml=hp.get("yaml"),
+                        scale=hp.get("yaml_scale"))
     return net, hp.name
 
 

@@ -29,6 +29,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
 from vision_attn.tasks.classify.network import build_network, network_spec
 from vision_attn.tasks.classify.run import load_classifier
+from vision_attn.tasks.classify.yolo import yolo_network_spec
 from vision_attn.tasks.finite import stop_if_not_finite
 from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast, param_groups
 
@@ -74,6 +75,10 @@ class ClassificationModule(pl.LightningModule):
         compile: ``torch.compile`` the network (opt in: compiling takes tens of seconds).
         freeze: ``"backbone"``: a linear probe: only the classifier trains (the rest keeps the
             pretrained weights, in eval mode: no dropout, BatchNorm statistics kept); ``"none"``: all.
+        yaml: a YOLO classifier YAML instead of ``name`` (``yolov8-cls.yaml``, ``yolov8n-cls.yaml``, a
+            path; its last row a ``Classify`` head): see :mod:`vision_attn.tasks.classify.yolo`; the run
+            records its text. scale: the YAML's scale letter (default: the file name's, else its first);
+            recorded as ``yaml_scale``.
     """
 
     def __init__(
@@ -106,10 +111,23 @@ class ClassificationModule(pl.LightningModule):
         channels_last: bool | None = None,
         compile: bool = False,
         freeze: Literal["none", "backbone"] = "none",
+        yaml: str | None = None,
+        scale: str | None = None,
     ) -> None:
-        name, model_kwargs = network_spec(name, model_kwargs, pretrained)  # before save_hyperparameters reads them
+        # resolved before save_hyperparameters reads them
+        if yaml is not None:  # a YOLO classifier: its label, the YAML's text and the scale it builds at
+            name, yaml, scale = yolo_network_spec(name, yaml, scale, model_kwargs=model_kwargs, attention=attention,
+                                                  pretrained=pretrained, freeze=freeze)
+        elif scale is not None:
+            raise ConfigError(f"model.scale={scale!r} without model.yaml: a scale letter picks a YOLO YAML's size; "
+                              "give model.yaml (e.g. yolov8-cls.yaml) or drop model.scale")
+        else:
+            name, model_kwargs = network_spec(name, model_kwargs, pretrained)
         super().__init__()
-        self.save_hyperparameters()
+        # ``scale`` is recorded as ``yaml_scale``: the data module has a ``scale`` (its crop's area range)
+        self.save_hyperparameters(ignore=["scale"])
+        if yaml is not None:
+            self.hparams["yaml_scale"] = scale
         if lr <= 0 or min_lr < 0 or warmup_epochs < 0 or weight_decay < 0:
             raise ConfigError(f"model.lr={lr}, min_lr={min_lr}, warmup_epochs={warmup_epochs}, "
                               f"weight_decay={weight_decay}: give lr > 0 and the others >= 0")
@@ -120,7 +138,7 @@ class ClassificationModule(pl.LightningModule):
         if ema_decay is not None and not 0 < ema_decay < 1:
             raise ConfigError(f"model.ema_decay={ema_decay}: give a value in (0, 1) (e.g. 0.999), or null")
         self.model = build_network(name, model_kwargs, attention=attention, pretrained=pretrained,
-                                   num_classes=num_classes, img_size=img_size)
+                                   num_classes=num_classes, img_size=img_size, yaml=yaml, scale=scale)
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
         if freeze not in ("none", "backbone"):
             raise ConfigError(f"model.freeze={freeze!r}: give 'backbone' (train the classifier only) or 'none'")

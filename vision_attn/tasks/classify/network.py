@@ -1,5 +1,6 @@
 """The classifier network of a run: :func:`vision_attn.create_model` with the data's class count and
-image size, as training builds it and as a trained run is rebuilt from its checkpoint."""
+image size (or a YOLO classifier YAML's network: :mod:`vision_attn.tasks.classify.yolo`), as training
+builds it and as a trained run is rebuilt from its checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ from vision_attn.models import create_model
 from vision_attn.models.hf import read_transformers_folder, transformers_folder
 from vision_attn.models.hf.folder import read_normalisation
 from vision_attn.models.registry import get_pretrained_cfg
+from vision_attn.tasks.classify.yolo import build_yolo_classifier
 
 __all__ = ["build_network", "network_spec", "pretrained_normalisation", "DEFAULT_MODEL"]
 
@@ -51,8 +53,13 @@ def pretrained_normalisation(name: str, pretrained: str) -> dict[str, tuple[floa
 
 
 def build_network(name: str, model_kwargs: dict[str, Any] | None = None, *, attention: Any = None,
-                  pretrained: str | None = None, num_classes: int, img_size: int | None) -> nn.Module:
-    """``create_model`` with the data's class count and image size (unless ``model_kwargs`` sets it)."""
+                  pretrained: str | None = None, num_classes: int, img_size: int | None,
+                  yaml: str | None = None, scale: str | None = None) -> nn.Module:
+    """``create_model`` with the data's class count and image size (unless ``model_kwargs`` sets it);
+    with ``yaml`` (a YOLO classifier YAML's text, as a run records it) the YOLO classifier it builds at
+    ``scale`` (:mod:`vision_attn.tasks.classify.yolo`; ``name`` is then its label)."""
+    if yaml is not None:
+        return build_yolo_classifier(yaml, scale, num_classes)
     kwargs = dict(model_kwargs or {})
     if img_size is not None and "img_size" not in kwargs and not name.startswith("timm:"):
         kwargs["img_size"] = img_size

@@ -39,7 +39,8 @@ def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
     with torch.device(device):
         model = build_network(hp["name"], hp.get("model_kwargs"), attention=hp.get("attention"), pretrained=None,
-                              num_classes=hp["num_classes"], img_size=hp.get("img_size"))
+                              num_classes=hp["num_classes"], img_size=hp.get("img_size"), yaml=hp.get("yaml"),
+                              scale=hp.get("yaml_scale"))
     if weights:
         load_run_weights(model, ckpt["state_dict"], f"{path}: the weights do not fit {hp['name']}")
     size = data_hp.get("img_size", hp.get("img_size") or 224)
