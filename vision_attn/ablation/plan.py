@@ -66,7 +66,7 @@ class AblationPlan:
     """What an ablation trains; ``variants`` maps each variant's name to the arguments that make it."""
 
     name: str
-    task: str  # "cls" or "det"
+    task: str  # "cls", "det" or "seg"
     config: str  # the training config's absolute path
     config_sha256: str
     blocks: list[str]
@@ -110,13 +110,22 @@ def _hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _yaml_task(yaml: str, config: Path) -> str:
+    """``seg`` for a model YAML whose last row is a Segment head, else ``det``."""
+    source = resolve_path(yaml, base=config.parent, kinds=("model",))
+    if source is None or not source.is_file():
+        return "det"  # the training itself names the missing file
+    head = (read_yaml(source, DETECTOR_LIMITS, what="detector YAML").get("head") or [[None, None, None]])[-1]
+    return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
+
+
 def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
-    """The training config's file, task (``cls``/``det``: a shipped config's folder, else its keys) and
+    """The training config's file, task (``cls``/``det``/``seg``: a shipped config's folder, else its keys) and
     contents."""
     path = Path(config).expanduser()
     task = None
     if not path.is_file():
-        for kind in ("cls", "det"):
+        for kind in ("cls", "det", "seg"):
             shipped = find_shipped(config, (kind,))  # type: ignore[arg-type]
             if shipped is not None:
                 path, task = shipped, kind
@@ -127,7 +136,7 @@ def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
     data = read_yaml(path, CONFIG_LIMITS, what="training config")
     model = data.get("model") if isinstance(data, dict) else None
     if task is None and isinstance(model, dict):
-        task = "det" if "yaml" in model else "cls" if "name" in model else None
+        task = _yaml_task(str(model["yaml"]), path) if "yaml" in model else "cls" if "name" in model else None
     if task is None or not isinstance(model, dict):
         raise ConfigError(f"{path}: not a training config (no model.name of a classifier, no model.yaml of a detector)")
     return path.resolve(), task, data
@@ -140,7 +149,7 @@ def _blocks(blocks: Sequence[str], task: str) -> list[str]:
         b = b.strip()
         if not b or b.lower() == "none":
             continue
-        if task == "det":
+        if task in ("det", "seg"):
             name = attention_row_module(b)
         else:
             folded = {k.lower(): k for k in ATTENTION_BLOCKS}
@@ -267,7 +276,7 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
         raise ConfigError(f"{folder} exists and is not an ablation folder; give another --name or --runs_dir")
     created = not folder.exists()
     try:
-        if task == "det":
+        if task in ("det", "seg"):
             plan.variants, plan.where = _detector_variants(cfg, path, blocks, sites, after, folder)
         else:
             plan.variants, plan.where = _classifier_variants(cfg, blocks, sites, after)

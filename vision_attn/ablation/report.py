@@ -26,6 +26,8 @@ __all__ = ["METRICS", "VariantReport", "AblationReport", "build_report", "write_
 METRICS = {
     "cls": (("val_top1", "top-1"), ("val_top5", "top-5")),
     "det": (("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")),
+    "seg": (("val_mask_map50", "mask mAP@.5"), ("val_mask_map", "mask mAP@.5:.95"), ("val_map50", "box mAP@.5"),
+            ("val_map", "box mAP@.5:.95")),
 }
 """Per task, the ``metrics.json`` keys reported (fractions), with their labels; the first is plotted."""
 

@@ -33,8 +33,8 @@ def _cmd_configs(args: argparse.Namespace, console: Console) -> int:
     found = shipped_configs(pattern)
     if not found:
         raise ConfigError(f"no shipped config matches {pattern!r}: run `vision-attn configs` to list them all")
-    table = Table(caption="kind: model (a detector YAML: yaml info|insert NAME, flops NAME, model.yaml), cls or det "
-                  "(train cls|det --config NAME); a model YAML also takes a scale letter (yolov8n.yaml); "
+    table = Table(caption="kind: model (a detector YAML: yaml info|insert NAME, flops NAME, model.yaml), cls, det or seg "
+                  "(train cls|det|seg --config NAME); a model YAML also takes a scale letter (yolov8n.yaml); "
                   "`vision-attn configs show NAME` prints one", caption_justify="left")
     for col in ("name", "kind", "what it is"):
         table.add_column(col)

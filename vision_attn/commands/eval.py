@@ -1,4 +1,4 @@
-"""``vision-attn eval cls|det --checkpoint RUN --data PATH``: parsing and printing only; the work is
+"""``vision-attn eval cls|det|seg --checkpoint RUN --data PATH``: parsing and printing only; the work is
 :func:`vision_attn.tasks.evaluate_classifier` / :func:`vision_attn.tasks.evaluate_detector`."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands._runtime import add_runtime_argument, runtime_of
-from vision_attn.commands.train import TASK_HELP
+from vision_attn.commands.train import TASK_HELP, TASK_NAMES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,13 +41,26 @@ def _table_det(report: dict[str, Any]) -> tuple[Table, str]:
     return table, f"mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}"
 
 
-TABLES = {"cls": _table_cls, "det": _table_det}
+def _table_seg(report: dict[str, Any]) -> tuple[Table, str]:
+    from rich.table import Table
+
+    table = Table(title=f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)")
+    for col in ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "mask AP@[.5:.95]", "mask AP@.5"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for name, row in report["per_class"].items():
+        mask = report["per_class_mask"][name]
+        table.add_row(name, str(row["boxes"]), _fmt(row["ap"]), _fmt(row["ap50"]), _fmt(mask["ap"]), _fmt(mask["ap50"]))
+    return table, (f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; mask mAP@[.5:.95] "
+                   f"{report['mask_map']:.4f}, mAP@.5 {report['mask_map50']:.4f}")
+
+
+TABLES = {"cls": _table_cls, "det": _table_det, "seg": _table_seg}
 
 
 def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
-    from vision_attn.tasks import evaluate_classifier, evaluate_detector
+    from vision_attn.tasks import evaluate_classifier, evaluate_detector, evaluate_segmenter
 
-    evaluate = {"cls": evaluate_classifier, "det": evaluate_detector}[args.task]
+    evaluate = {"cls": evaluate_classifier, "det": evaluate_detector, "seg": evaluate_segmenter}[args.task]
     report = evaluate(args.checkpoint, args.data, batch_size=args.batch_size, num_workers=args.workers,
                       runtime=runtime_of(args))
     report["runtime"] = args.runtime
@@ -62,11 +75,12 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``eval``."""
-    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls|det --checkpoint RUN --data PATH`",
+    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls|det|seg --checkpoint RUN --data PATH`",
                        description="cls: top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
                        "(its val/ folder when it has one) or demo:NAME. det: COCO mAP@[.5:.95], mAP@.5 and "
-                       "per-class AP on the val split of a COCO folder, a YOLO data YAML or demo:digit-boxes.")
-    p.add_argument("task", choices=["cls", "det"], help=TASK_HELP)
+                       "per-class AP on the val split of a COCO folder, a YOLO data YAML or demo:digit-boxes. seg: box "
+                       "and mask mAP on data with instance masks (demo:digit-masks, COCO segmentations, YOLO polygons).")
+    p.add_argument("task", choices=TASK_NAMES, help=TASK_HELP)
     p.add_argument("--checkpoint", required=True, help="a run folder (runs/NAME) or its best.ckpt / last.ckpt")
     p.add_argument("--data", required=True, help="a folder of class folders, a root with val/, or demo:digits")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")

@@ -1,4 +1,4 @@
-"""``vision-attn predict cls|det --checkpoint RUN IMAGES...`` (or one video, camera or stream URL, or
+"""``vision-attn predict cls|det|seg --checkpoint RUN IMAGES...`` (or one video, camera or stream URL, or
 ``--frames``): parsing and printing only; the work is :func:`vision_attn.tasks.predict_images` /
 :func:`vision_attn.tasks.predict_detections`, and for videos
 :func:`~vision_attn.tasks.predict_classification_video` / :func:`~vision_attn.tasks.predict_detection_video`."""
@@ -9,7 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands._runtime import add_runtime_argument, runtime_of
-from vision_attn.commands.train import TASK_HELP
+from vision_attn.commands.train import TASK_HELP, TASK_NAMES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,11 +17,14 @@ if TYPE_CHECKING:
 
 
 def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from vision_attn.tasks import predict_detections, predict_images
+    from vision_attn.tasks import predict_detections, predict_images, predict_segments
 
     if args.task == "cls":
         return predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size or 32,
                               runtime=runtime_of(args))
+    if args.task == "seg":
+        return predict_segments(args.checkpoint, args.images, output=args.output, conf=args.conf, iou=args.iou,
+                                batch_size=args.batch_size or 32, runtime=runtime_of(args))
     return predict_detections(args.checkpoint, args.images, output=args.output, conf=args.conf, iou=args.iou,
                               batch_size=args.batch_size or 32, runtime=runtime_of(args))
 
@@ -29,12 +32,13 @@ def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
 CELLS = {"cls": ("top-{k} (probability)", lambda r: ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"])),
          "det": ("detections (class score)",
                  lambda r: ", ".join(f"{d['class']} {d['score']:.2f}" for d in r["detections"]) or "-")}
+CELLS["seg"] = ("instances (class score)", CELLS["det"][1])
 
 
 def _predict_video(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.data.video import open_frames
     from vision_attn.errors import ConfigError
-    from vision_attn.tasks import predict_classification_video, predict_detection_video
+    from vision_attn.tasks import predict_classification_video, predict_detection_video, predict_segment_video
 
     if args.output is None:
         raise ConfigError("predict on a video, camera, stream or --frames writes an annotated video and a JSON Lines "
@@ -44,6 +48,9 @@ def _predict_video(args: argparse.Namespace, console: Console) -> int:
     if args.task == "cls":
         result = predict_classification_video(args.checkpoint, reader, args.output, top_k=args.top_k,
                                               runtime=runtime_of(args))
+    elif args.task == "seg":
+        result = predict_segment_video(args.checkpoint, reader, args.output, conf=args.conf, iou=args.iou,
+                                       runtime=runtime_of(args))
     else:
         result = predict_detection_video(args.checkpoint, reader, args.output, conf=args.conf, iou=args.iou,
                                          runtime=runtime_of(args))
@@ -74,6 +81,8 @@ def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     if args.output and args.task == "det":
         console.print(f"{len(results)} image(s) with boxes and detections.json written to {args.output}")
+    if args.output and args.task == "seg":
+        console.print(f"{len(results)} image(s) with masks and segments.json written to {args.output}")
     return 0
 
 
@@ -82,15 +91,16 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = sub.add_parser("predict", help="predict for images or a video: `predict cls|det --checkpoint RUN "
                        "IMAGES...|VIDEO [-o OUT]`",
                        description="cls: top-k labels with probabilities; det: boxes with classes and scores (with "
-                       "-o OUT: the images with boxes drawn and detections.json). Folders are searched for images. "
+                       "-o OUT: the images with boxes drawn and detections.json); seg: boxes and masks (COCO RLE; with -o OUT "
+                       "the images with masks drawn and segments.json). Folders are searched for images. "
                        "A video file, a camera index (0) or a stream URL (rtsp://, http://, ...), or images with "
                        "--frames, is read in a background thread and predicted in batches: OUT/NAME.mp4 annotated "
                        "and OUT/NAME.jsonl with one line per frame.")
-    p.add_argument("task", choices=["cls", "det"], help=TASK_HELP)
+    p.add_argument("task", choices=TASK_NAMES, help=TASK_HELP)
     p.add_argument("images", nargs="+", help="image files or folders; or one video file, camera index or stream URL")
     p.add_argument("--checkpoint", required=True, help="a run folder (runs/NAME) or its best.ckpt / last.ckpt")
     p.add_argument("--top-k", type=int, default=5, help="cls: labels per image (default 5)")
-    p.add_argument("-o", "--output", default=None, help="det: folder for the images with boxes and detections.json")
+    p.add_argument("-o", "--output", default=None, help="det, seg: folder for the images with boxes (and masks) and detections.json (segments.json)")
     p.add_argument("--conf", type=float, default=0.25, help="det: lowest score of a detection (default 0.25)")
     p.add_argument("--iou", type=float, default=0.7, help="det: IoU of non-maximum suppression (default 0.7)")
     p.add_argument("--batch-size", type=int, default=None, help="images per batch (default 32; video frames: 8)")

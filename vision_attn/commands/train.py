@@ -1,4 +1,4 @@
-"""``vision-attn train cls|det --config NAME [--section.key value ...]``: parsing and printing only;
+"""``vision-attn train cls|det|seg --config NAME [--section.key value ...]``: parsing and printing only;
 the work is :func:`vision_attn.tasks.train` of the task named (see :mod:`vision_attn.tasks.registry`)."""
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-TASK_HELP = "cls: image classification; det: object detection"
+TASK_NAMES = ("cls", "det", "seg")
+"""The tasks of the registry (vision_attn.tasks.TASKS; a test keeps the two equal), named here so that
+`--help` imports no torch."""
+TASK_HELP = "cls: image classification; det: object detection; seg: instance segmentation"
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 
 
@@ -38,12 +41,13 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``train``."""
-    p = sub.add_parser("train", help="train a model: `train cls|det --config NAME` (`vision-attn configs` lists them)",
-                       description="Train a classifier (cls) on ImageNet-style folders or a YOLO-style detector (det) "
-                       "on COCO json / YOLO txt data with PyTorch Lightning. --config takes a file or a shipped "
-                       "name (demo_digits, demo_digit_boxes; `vision-attn configs`). `vision-attn train cls --help` "
+    p = sub.add_parser("train", help="train a model: `train cls|det|seg --config NAME` (`vision-attn configs` lists them)",
+                       description="Train a classifier (cls) on ImageNet-style folders, a YOLO-style detector (det) "
+                       "on COCO json / YOLO txt data or a YOLO-style instance-segmentation model (seg) on COCO "
+                       "segmentations / YOLO polygon labels with PyTorch Lightning. --config takes a file or a shipped "
+                       "name (demo_digits, demo_digit_boxes, demo_digit_masks; `vision-attn configs`). `vision-attn train cls --help` "
                        "(or `train det --help`) lists every config key.")
-    p.add_argument("task", choices=["cls", "det"], help=TASK_HELP)
+    p.add_argument("task", choices=TASK_NAMES, help=TASK_HELP)
     p.add_argument("args", nargs=argparse.REMAINDER,
                    help="--config FILE|NAME, --section.key VALUE overrides, --print-config, --help")
     p.set_defaults(func=_cmd_train)

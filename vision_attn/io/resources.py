@@ -24,8 +24,9 @@ from typing import Iterable, Literal
 __all__ = ["Kind", "ShippedConfig", "configs_root", "shipped_configs", "find_shipped", "resolve_path",
            "without_scale", "KINDS"]
 
-Kind = Literal["model", "cls", "det"]
-KINDS: dict[str, tuple[str, ...]] = {"model": ("models",), "cls": ("train", "classify"), "det": ("train", "detect")}
+Kind = Literal["model", "cls", "det", "seg"]
+KINDS: dict[str, tuple[str, ...]] = {"model": ("models",), "cls": ("train", "classify"), "det": ("train", "detect"),
+                                 "seg": ("train", "segment")}
 """Each kind of shipped config and its folder under ``configs/``."""
 YAML_SUFFIXES = (".yaml", ".yml")
 _SCALE_IN_NAME = re.compile(r"yolo(?:e-)?v?\d+([nslmx])(?![a-z0-9])")  # ultralytics' rule (PEER_FACTS.md)
@@ -59,7 +60,7 @@ class ShippedConfig:
         return ""
 
 
-def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] = ("model", "cls", "det")) -> list[ShippedConfig]:
+def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> list[ShippedConfig]:
     """The shipped configs whose name matches the shell-style ``pattern``, by kind, then name."""
     root = configs_root()
     out = []
@@ -80,7 +81,7 @@ def without_scale(name: str) -> tuple[str, str | None]:
     return str(p.with_name(p.stem[: m.start(1)] + p.stem[m.end(1):] + p.suffix)), m.group(1)
 
 
-def find_shipped(name: str, kinds: Iterable[Kind] = ("model", "cls", "det")) -> Path | None:
+def find_shipped(name: str, kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> Path | None:
     """The shipped file called ``name`` (with or without ``.yaml``; ``yolov8n.yaml`` finds ``yolov8.yaml``)."""
     if not name or os.sep in name or "/" in name:
         return None

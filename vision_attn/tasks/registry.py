@@ -1,6 +1,6 @@
 """The tasks vision_attn trains, by name, and what the command line and the tools after training call.
 
-``TASKS`` maps ``cls`` and ``det`` to their :class:`~vision_attn.tasks.task.Task`. The functions here
+``TASKS`` maps ``cls``, ``det`` and ``seg`` to their :class:`~vision_attn.tasks.task.Task`. The functions here
 take a task by name: :func:`train` (``vision-attn train TASK``), :func:`parse_train_config`,
 :func:`dump_config`, :func:`build_train_parser`, and :func:`load_run`, the one loader of a trained run
 that ``eval``, ``predict``, ``flops``, ``compare`` and ``export`` share: it reads the task and the model
@@ -18,16 +18,17 @@ from vision_attn.tasks import config as _config
 from vision_attn.tasks.classify.fit import CLASSIFY
 from vision_attn.tasks.detect.fit import DETECT
 from vision_attn.tasks.runner import TrainResult, run_training
+from vision_attn.tasks.segment.fit import SEGMENT
 from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["TASKS", "get_task", "train", "parse_train_config", "dump_config", "build_train_parser", "load_run"]
 
-TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT)}
+TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT, SEGMENT)}
 
 
 def get_task(name: str | Task) -> Task:
-    """The task called ``name`` (``cls`` or ``det``)."""
+    """The task called ``name`` (``cls``, ``det`` or ``seg``)."""
     if isinstance(name, Task):
         return name
     if name not in TASKS:

@@ -68,8 +68,9 @@ def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any] | Ultra
 def task_of(ckpt: dict[str, Any] | UltralyticsCheckpoint) -> str | None:
     """The task a run's checkpoint records (checkpoints from before the record, and ultralytics ``.pt``
     files: recognised by content)."""
-    if isinstance(ckpt, UltralyticsCheckpoint):
-        return "det"
+    if isinstance(ckpt, UltralyticsCheckpoint):  # a -seg.pt ends in a Segment row, a detector's in Detect
+        head = (ckpt.yaml.get("head") or [[None, None, None]])[-1]
+        return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
     if isinstance(ckpt.get("task"), str):
         return ckpt["task"]
     if "model_yaml" in ckpt or "detector_yaml" in ckpt or \

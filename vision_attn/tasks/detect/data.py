@@ -36,7 +36,9 @@ class DetectionDataModule(ResumableDataModule):
         batch_size: images per device and step; eval_batch_size: for validation (default: twice that).
         mosaic: probability of a 4-image mosaic in training (switched off for the model's last
             ``close_mosaic`` epochs).
-        affine_scale, translate: affine ranges (zoom 1 +- affine_scale, shift +- translate of the size); hflip, vflip: flip probabilities (0 for digits and text);
+        affine_scale, translate: affine ranges (zoom 1 +- affine_scale, shift +- translate of the size);
+            degrees, shear: rotation and shear ranges in degrees (0: none, the default);
+            hflip, vflip: flip probabilities (0 for digits and text);
         hsv: hue, saturation and value shift limits; min_visibility: share of a box that must stay visible.
         num_workers: loader processes (0: load in the training process); persistent_workers: keep them
             between epochs; pin_memory: page-locked batches (None: when CUDA is available).
@@ -55,6 +57,8 @@ class DetectionDataModule(ResumableDataModule):
         mosaic: float = 1.0,
         affine_scale: float = 0.5,
         translate: float = 0.1,
+        degrees: float = 0.0,
+        shear: float = 0.0,
         hflip: float = 0.0,
         vflip: float = 0.0,
         hsv: tuple[float, float, float] = (5.0, 40.0, 30.0),
@@ -76,12 +80,21 @@ class DetectionDataModule(ResumableDataModule):
         self.faults = Faults("skip" if skip_bad_images else "raise")  # both splits' bad files and label changes
 
     # ---------------------------------------------------------------- data
+    masks = False
+    """Whether items carry instance masks (the segmentation task's data module sets it)."""
+
+    def mask_options(self) -> dict[str, Any]:
+        """The transform's mask arguments (none for detection)."""
+        return {}
+
     def _open(self, split: str, train: bool) -> Any:
         hp = self.hparams
         transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
-                                       scale=hp.affine_scale, translate=hp.translate, hsv=tuple(hp.hsv),
-                                       min_visibility=hp.min_visibility, seed=hp.seed if train else None)
-        dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=self.faults)
+                                       scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
+                                       shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
+                                       seed=hp.seed if train else None, **self.mask_options())
+        dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=self.faults,
+                                 masks=self.masks)
         if self.faults.mode != "raise":  # decoded once now, so that no bad image reaches training
             dataset.verify(threads=max(1, os.cpu_count() or 1))
         return dataset

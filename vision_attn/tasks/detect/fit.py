@@ -20,7 +20,7 @@ from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.task import Echo, Task
 
-__all__ = ["train_detector", "DETECT"]
+__all__ = ["train_detector", "build_detection", "detection_shadow", "detection_report", "DETECT"]
 
 
 def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None) -> TrainResult:
@@ -32,29 +32,32 @@ def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo
     return run_training(config, DETECT, echo=echo)
 
 
-def _build(cfg, say: Echo) -> tuple[Any, Any]:
+def build_detection(cfg, say: Echo, module_class: type = DetectionModule,
+                    datamodule_class: type = DetectionDataModule) -> tuple[Any, Any]:
+    """The data module (scanned, its problems said) and the module of a detection-like task's config."""
     if to_dict(cfg)["model"]["yaml"] is not None:  # None: the YAML inside model.pretrained (or the default)
         load_detector_yaml(to_dict(cfg)["model"]["yaml"])  # a bad model YAML fails before the data is scanned
     data_cfg = to_dict(cfg)["data"]
-    datamodule = DetectionDataModule(**data_cfg)
+    datamodule = datamodule_class(**data_cfg)
     datamodule.scan()
     say(f"data: {datamodule.summary()}")
     for line in datamodule.faults.log_lines():
         say(f"data: {line}")
     model_cfg = to_dict(cfg)["model"]
-    module = DetectionModule(**model_cfg, num_classes=datamodule.num_classes, class_names=datamodule.names)
+    module = module_class(**model_cfg, num_classes=datamodule.num_classes, class_names=datamodule.names)
     params = sum(p.numel() for p in module.model.parameters())
     say(f"model: {module.yaml_source} (scale {module.model.scale or '-'}), {params / 1e6:.2f} M parameters, "
         f"{datamodule.num_classes} classes, {data_cfg['img_size']} px")
     return module, datamodule
 
 
-def _shadow(module, cfg) -> tuple[Any, str]:
+def detection_shadow(module, cfg) -> tuple[Any, str]:
+    """The trained network's architecture, rebuilt from the module's YAML text (the runner counts its FLOPs)."""
     net = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
     return net, module.yaml_source
 
 
-def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
+def detection_report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
             common: dict[str, Any]) -> dict[str, Any]:
     """metrics.json with the mAP figures."""
     report = module.last_report
@@ -89,7 +92,7 @@ def _pct(x: float | None) -> str:
 DETECT = Task(
     name="det", title="Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes).",
     module=DetectionModule, datamodule=DetectionDataModule, filled=frozenset({"num_classes", "class_names"}),
-    monitor="val/mAP50-95", build=_build, shadow=_shadow, panels=DETECTION_PANELS, report=_report,
+    monitor="val/mAP50-95", build=build_detection, shadow=detection_shadow, panels=DETECTION_PANELS, report=detection_report,
     load=load_detector_run, lr_monitor=False,
     summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
     paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()})

@@ -32,9 +32,8 @@ from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import DetectionLoss, EndToEndLoss
-from vision_attn.io.resources import resolve_path
-from vision_attn.io.yaml import DETECTOR_LIMITS, check_yaml, read_yaml_text
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
+from vision_attn.models.yolo.files import read_model_yaml
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.from_ultralytics import class_layer_keys, pretrained_yaml
 from vision_attn.models.yolo.transfer import detector_state
@@ -50,16 +49,7 @@ DEFAULT_YAML = "yolov8.yaml"
 
 def load_detector_yaml(yaml: str) -> str:
     """The text of a detector YAML given as a path or shipped name (or YAML text itself)."""
-    if "\n" in yaml:
-        return yaml
-    path = resolve_path(yaml, kinds=("model",))
-    if path is None or not path.is_file():
-        raise ConfigError(f"model.yaml={yaml!r}: no such file (looked beside the config, in the working directory "
-                          "and among the shipped model YAMLs: `vision-attn configs`); give a detector YAML such as "
-                          "yolov8n.yaml")
-    text = read_yaml_text(path, DETECTOR_LIMITS, what="detector YAML")
-    check_yaml(text, str(path), DETECTOR_LIMITS)
-    return text
+    return read_model_yaml(yaml)
 
 
 def detector_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -154,7 +144,7 @@ class DetectionModule(pl.LightningModule):
             raise ConfigError(f"model.conf={conf}, iou={iou}, max_det={max_det}: give 0 <= conf < 1, 0 < iou <= 1, "
                               f"max_det >= 1")
         carried = pretrained_yaml(pretrained) if yaml is None and pretrained is not None else None
-        yaml = yaml if yaml is not None or carried else DEFAULT_YAML
+        yaml = yaml if yaml is not None or carried else self.default_yaml
         self.yaml_source = yaml if yaml is not None else f"{pretrained} (its YAML)"
         self.yaml_text = carried or load_detector_yaml(yaml)
         if scale is None and yaml is not None and "\n" not in yaml:
@@ -165,10 +155,7 @@ class DetectionModule(pl.LightningModule):
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
         if len(self.class_names) != num_classes:
             raise ConfigError(f"{len(self.class_names)} class names for {num_classes} classes")
-        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
-        self.criterion: DetectionLoss | EndToEndLoss = (
-            EndToEndLoss(self.model, weights=e2e_weights, **gains) if self.model.model[-1].has_one2one
-            else DetectionLoss(self.model, **gains))
+        self.criterion = self.build_criterion(e2e_weights, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
@@ -182,6 +169,29 @@ class DetectionModule(pl.LightningModule):
         self._samples: dict[str, Any] | None = None
         self.last_report: Any = None  # the last validation's coco_map result
         self.last_val_step = -1
+
+    task_name = "det"
+    default_yaml = DEFAULT_YAML
+    """The model YAML when neither ``yaml`` nor a ``pretrained`` file that carries one is given."""
+    prediction_grid = staticmethod(prediction_grid)
+    """How ``predictions.png`` is drawn."""
+    """What the checkpoint records as its task (``load_run`` dispatches on it)."""
+    loss_parts: tuple[str, ...] = ("box", "cls", "dfl")
+    """The parts of the criterion's result logged as ``train/PART``."""
+
+    def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
+        """The loss of :attr:`model`: the YOLOv8 loss, or the end-to-end one for a head with a one-to-one branch."""
+        if self.model.task != "detect":
+            raise ConfigError(f"model.yaml={self.yaml_source}: its last row is {type(self.model.model[-1]).__name__}, "
+                              f"a {self.model.task} head; train det takes a detector YAML (yolov8n.yaml, ...)"
+                              + (", train seg this one" if self.model.task == "segment" else ""))
+        if self.model.model[-1].has_one2one:
+            return EndToEndLoss(self.model, weights=e2e_weights, **gains)
+        return DetectionLoss(self.model, **gains)
+
+    def compute_loss(self, preds: Any, batch: dict[str, Any]) -> Any:
+        """The criterion on the network's training output and a batch's targets."""
+        return self.criterion(preds, batch["boxes"], batch["labels"])
 
     # ---------------------------------------------------------------- network
     def eval_model(self) -> nn.Module:
@@ -228,11 +238,11 @@ class DetectionModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         x = self._layout(batch["images"])
-        parts = self.criterion(self.model(x), batch["boxes"], batch["labels"])
+        parts = self.compute_loss(self.model(x), batch)
         n = x.shape[0]
         stop_if_not_finite(self, parts.total, batch_idx, clip="10")
         self.log("train/loss", parts.total.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
-        for key in ("box", "cls", "dfl"):
+        for key in self.loss_parts:
             self.log(f"train/{key}", getattr(parts, key), on_step=False, on_epoch=True, batch_size=n)
         return parts.total * n  # summed over the images, as YOLOv8
 
@@ -244,7 +254,7 @@ class DetectionModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["ema_step"] = self._ema_step
-        checkpoint["task"] = "det"
+        checkpoint["task"] = self.task_name
         checkpoint["model_yaml"] = load_yaml(self.yaml_text)[0]  # the model description itself, not a path
         checkpoint["model_scale"] = self.model.scale
 
@@ -272,7 +282,7 @@ class DetectionModule(pl.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         dets = self.detect(batch)
-        self._val_dets.extend({k: v for k, v in d.items() if k != "input_boxes"} for d in dets)
+        self._val_dets.extend({k: v for k, v in d.items() if not k.startswith("input_")} for d in dets)
         for iid, size, scale, pad, boxes, labels in zip(batch["image_ids"], batch["orig_sizes"], batch["scales"],
                                                         batch["pads"], batch["boxes"], batch["labels"]):
             self._val_truth.append({"image_id": int(iid), "orig_size": tuple(size), "labels": labels.cpu().numpy(),
@@ -280,10 +290,13 @@ class DetectionModule(pl.LightningModule):
         k = self.hparams.plot_images
         if batch_idx == 0 and k > 0 and self._samples is None:
             self._samples = {"images": batch["images"][:k].cpu(),
-                             "predictions": [{"boxes": d["input_boxes"], "scores": d["scores"], "labels": d["labels"]}
-                                             for d in dets[:k]],
+                             "predictions": [self.sample_prediction(d) for d in dets[:k]],
                              "truths": [{"boxes": b.cpu().numpy(), "labels": lb.cpu().numpy()}
                                         for b, lb in zip(batch["boxes"][:k], batch["labels"][:k])]}
+
+    def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
+        """What ``predictions.png`` draws of one image's detections (network-input pixels)."""
+        return {"boxes": det["input_boxes"], "scores": det["scores"], "labels": det["labels"]}
 
     def _gathered(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         dets, truth = self._val_dets, self._val_truth
@@ -306,18 +319,24 @@ class DetectionModule(pl.LightningModule):
             truth = [t for t in truth_source if t["image_id"] in seen]
         ids = dm.category_ids() if dm is not None and hasattr(dm, "category_ids") else \
             list(range(1, len(self.class_names) + 1))
-        report = coco_map(truth, dets, names=self.class_names, category_ids=ids, backend=self.hparams.coco_backend)
-        self.last_report = report
-        self.log("val/mAP50-95", float(report.map), prog_bar=True, batch_size=1)
-        self.log("val/mAP50", float(report.map50), prog_bar=True, batch_size=1)
+        for key, value in self.evaluate(truth, dets, ids).items():
+            self.log(key, value, prog_bar=True, batch_size=1)
         if self.trainer.sanity_checking:
             return
         self.last_val_step = self.global_step
         if self._samples is not None and self.trainer.is_global_zero and self.trainer.default_root_dir:
-            grid = prediction_grid(self._samples["images"], self._samples["predictions"], self._samples["truths"],
+            grid = self.prediction_grid(self._samples["images"], self._samples["predictions"], self._samples["truths"],
                                    self.class_names)
             save_image(grid, Path(self.trainer.default_root_dir) / "predictions.png")
         self._val_dets, self._val_truth, self._samples = [], [], None
+
+    def evaluate(self, truth: list[dict[str, Any]], dets: list[dict[str, Any]], category_ids: list[int]
+                 ) -> dict[str, float]:
+        """COCO box mAP of one validation (kept in :attr:`last_report`) -> the metrics to log."""
+        report = coco_map(truth, dets, names=self.class_names, category_ids=category_ids,
+                          backend=self.hparams.coco_backend)
+        self.last_report = report
+        return {"val/mAP50-95": float(report.map), "val/mAP50": float(report.map50)}
 
     # ---------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -17,9 +17,9 @@ DETECTION_PANELS = (("loss.png", ("train/loss_epoch", "train/box", "train/cls", 
                     ("map.png", ("val/mAP50", "val/mAP50-95"), "mAP (%)"))
 """``loss.png`` (the loss and its parts) and ``map.png`` (mAP@.5 and mAP@[.5:.95], %)."""
 
-__all__ = ["DETECTION_PANELS", "draw_boxes", "prediction_grid", "save_image"]
+__all__ = ["DETECTION_PANELS", "PALETTE", "draw_boxes", "prediction_grid", "save_image"]
 
-_PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
             (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128), (220, 190, 255)]
 
 
@@ -33,7 +33,7 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray | torch.Tensor, labels: Sequ
     scale = max(0.3, min(out.shape[:2]) / 500)
     for i, (box, label) in enumerate(zip(boxes, labels)):
         label = int(label)
-        c = color or _PALETTE[label % len(_PALETTE)]
+        c = color or PALETTE[label % len(PALETTE)]
         x1, y1, x2, y2 = (int(round(v)) for v in box)
         cv2.rectangle(out, (x1, y1), (x2, y2), c, thickness, cv2.LINE_AA)
         text = names[label] if label < len(names) else str(label)
@@ -44,16 +44,20 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray | torch.Tensor, labels: Sequ
 
 
 def prediction_grid(images: torch.Tensor, predictions: Sequence[dict], truths: Sequence[dict],
-                    names: Sequence[str], min_score: float = 0.25) -> np.ndarray:
+                    names: Sequence[str], min_score: float = 0.25,
+                    underlay: Callable[[np.ndarray, dict, np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Images (B, 3, H, W) in [0, 1] with ground truth (white, thin) and predictions scoring at least
     ``min_score`` (class colours, with scores) in a grid of up to 4 columns -> (H', W', 3) uint8 RGB.
     ``predictions[i]``: ``boxes``, ``scores``, ``labels``; ``truths[i]``: ``boxes``, ``labels``
-    (network-input pixels)."""
+    (network-input pixels). ``underlay(tile, prediction, kept)``: drawn on each tile before the boxes
+    (``kept``: which predictions are shown), e.g. instance masks."""
     tiles = []
     for img, pred, truth in zip(images, predictions, truths):
         tile = (img.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).astype(np.uint8)
         tile = cv2.resize(tile, None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST) if max(tile.shape[:2]) < 320 else tile
         k = 2 if tile.shape[0] != img.shape[-2] else 1
+        if underlay is not None:
+            tile = underlay(tile, pred, np.asarray(pred["scores"]) >= min_score)
         tile = draw_boxes(tile, np.asarray(truth["boxes"], dtype=np.float32) * k, truth["labels"], names,
                           color=(255, 255, 255))
         keep = np.asarray(pred["scores"]) >= min_score
