@@ -89,6 +89,10 @@ def test_train_seg_writes_the_run_then_resumes_evaluates_and_predicts(tiny, caps
     ys, xs = np.nonzero(mask)
     if len(xs):  # a mask lies inside its box (cropped there), up to the rounding of the way back
         assert xs.min() >= x1 - 2 and xs.max() <= x2 + 2 and ys.min() >= y1 - 2 and ys.max() <= y2 + 2
+    capsys.readouterr()
+    assert main(["export", "onnx", "--checkpoint", str(run), "-o", "seg.onnx"]) == 2
+    assert "a segmentation run; export writes classifiers and detectors" in _error(capsys)
+    assert not (tmp_path / "seg.onnx").exists()
 
 
 def test_a_detector_yaml_in_train_seg_and_a_seg_yaml_in_train_det_are_one_line_errors(tiny, capsys):

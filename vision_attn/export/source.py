@@ -81,6 +81,9 @@ def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None)
 
 def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
     run = load_run(checkpoint)
+    if run.task == "seg":
+        raise ConfigError(f"--checkpoint {checkpoint}: a segmentation run; export writes classifiers and detectors "
+                          "(a segmentation graph with masks is not exported yet); use predict seg in PyTorch")
     if run.task == "det":
         return _checked_detector(run.model, size or run.img_size, run.label, [], classes=run.classes)
     return Deployable(run.model, "classifier", size or run.img_size, run.label, mean=run.mean, std=run.std,
@@ -89,6 +92,10 @@ def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
 
 def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],
                       classes: list[str] | None = None) -> Deployable:
+    if getattr(model, "task", "detect") != "detect":
+        raise ConfigError(f"{label}: a {model.task} model (its last row is {type(model.model[-1]).__name__}); "
+                          "export --yaml takes a detector YAML (a classifier YAML trains with train cls and "
+                          "exports from its run folder; segmentation is not exported yet)")
     stride = int(max(model.stride)) if model.stride else 32
     if size[0] % stride or size[1] % stride:
         raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
