@@ -1,10 +1,13 @@
-"""Benchmark-only peer run: ultralytics' own trainer on the same generated detection data.
+"""Benchmark-only peer run: ultralytics' own trainer on the same generated detection (or segmentation) data.
 
 ultralytics is AGPL and never a dependency of vision_attn: run this in a separate environment that has
 it (and vision_attn, only to materialise the data), e.g.::
 
     python -m venv /tmp/ulvenv && /tmp/ulvenv/bin/pip install -c constraints.txt -e . ultralytics
     /tmp/ulvenv/bin/python tools/peer_ultralytics_det.py --epochs 14 --img-size 160 --batch 32
+
+A -seg YAML (``--model yolov8n-seg.yaml``, ``yolo11n-seg.yaml``) trains ultralytics' segmentation trainer on
+``demo:digit-masks`` (the same canvases, each digit's outline its polygon) and reports mask mAP beside box mAP.
 
 It trains one of ultralytics' own detection YAMLs (``--model yolov8n.yaml``, ``yolo11n.yaml``,
 ``yolo12n.yaml``, ``yolo26n.yaml``: the scale letter in the name, from scratch) on ``demo:digit-boxes``
@@ -27,7 +30,8 @@ from ultralytics_env import quiet_ultralytics_environment  # tools/, the script'
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="demo:digit-boxes", help="demo:digit-boxes or a YOLO data YAML")
+    ap.add_argument("--data", default=None, help="demo:digit-boxes (default; demo:digit-masks for a -seg YAML) or a "
+                    "YOLO data YAML")
     ap.add_argument("--model", default="yolov8n.yaml",
                     help="an ultralytics detection YAML by name, scale letter included: yolov8n.yaml, yolo11n.yaml, "
                          "yolo12n.yaml, yolo26n.yaml (default yolov8n.yaml)")
@@ -41,7 +45,8 @@ def main() -> None:
     args = ap.parse_args()
 
     quiet_ultralytics_environment()
-    data = args.data
+    segment = "-seg" in Path(args.model).stem
+    data = args.data or ("demo:digit-masks" if segment else "demo:digit-boxes")
     if data.startswith("demo:"):
         from vision_attn.data.demo import materialise
 
@@ -62,7 +67,9 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.model.parameters())
     row = {"peer": f"ultralytics {args.model}", "epochs": args.epochs, "img_size": args.img_size,
            "batch": args.batch, "params": n_params, "gflops": round(get_flops(model.model, args.img_size), 3),
-           "map50": float(metrics.box.map50), "map": float(metrics.box.map), "train_seconds": round(wall, 1),
+           "map50": float(metrics.box.map50), "map": float(metrics.box.map),
+           **({"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if segment else {}),
+           "train_seconds": round(wall, 1),
            "seconds_per_epoch": round(wall / args.epochs, 1), "run": str(Path(project) / "peer")}
     line = json.dumps(row)
     print(line)

@@ -61,13 +61,17 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
 
     dep = _deployable(args, console, "OUT.onnx")
     model, exporter = dep.model, args.exporter or "dynamo"
-    outputs = ["boxes_scores"] if dep.kind == "detector" else ["logits"]
-    out_desc = ("(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
-                if dep.kind == "detector" else "(B, classes) logits")
-    end2end = dep.kind == "detector" and is_end_to_end(dep.model)
+    outputs, out_desc = _outputs(dep)
+    end2end = dep.boxes and is_end_to_end(dep.model)
     if end2end:
-        out_desc = ("(B, 4 + nc, anchors) of the one-to-one branch: cx, cy, w, h in input pixels, then class "
-                    "probabilities; an end-to-end head needs no NMS: keep the top-k scores")
+        outputs, out_desc = _outputs(dep, "of the one-to-one branch (an end-to-end head needs no NMS: keep the top-k "
+                                          "scores): ")
+    if args.nms and not dep.boxes:
+        raise ConfigError("--nms applies to detectors and segmenters (--yaml or a det/seg run); a classifier has no "
+                          "boxes")
+    if args.nms and end2end and dep.kind == "segmenter":
+        raise ConfigError(f"{dep.label} is an end-to-end segmenter (YOLO26): export it without --nms and keep the "
+                          "rows of its top-k scores (the graph's outputs are the one-to-one branch's)")
     if args.nms and end2end:
         from vision_attn.export.topk import DetectorWithTopK
 
@@ -78,17 +82,19 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
         outputs = ["detections"]
         out_desc = f"(B, K, 6) with K = min({args.max_det}, anchors): x1, y1, x2, y2, score, class by falling score"
     elif args.nms:
-        from vision_attn.export.nms import DetectorWithNMS
+        from vision_attn.export.nms import DetectorWithNMS, SegmenterWithNMS
 
-        if dep.kind != "detector":
-            raise ConfigError("--nms applies to detectors (--yaml or a detection run); a classifier has no boxes")
         if args.dynamic_batch or args.exporter == "dynamo":
             raise ConfigError("--nms exports one image per call with the TorchScript exporter (torch.export cannot "
                               "hold a data-dependent box count): drop --dynamic-batch and --exporter dynamo")
-        model, exporter = DetectorWithNMS(dep.model, conf=args.conf, iou=args.iou, max_det=args.max_det).eval(), \
-            "torchscript"
+        wrapper = SegmenterWithNMS if dep.kind == "segmenter" else DetectorWithNMS
+        model, exporter = wrapper(dep.model, conf=args.conf, iou=args.iou, max_det=args.max_det).eval(), "torchscript"
         outputs = ["detections"]
         out_desc = f"(N, 6): x1, y1, x2, y2, score, class after NMS (conf {args.conf}, IoU {args.iou})"
+        if dep.kind == "segmenter":
+            outputs.append("masks")
+            out_desc += ("; output 'masks' (N, H/4, W/4): each instance's mask logits at the prototypes' resolution "
+                         "(resize to the input, keep > 0 inside its box: prediction's masks)")
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     result = export_onnx(model, args.output, dep.input_size, dynamic_batch=args.dynamic_batch, opset=args.opset,
                          exporter=exporter, output_names=outputs)
@@ -105,10 +111,13 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _outputs(dep) -> tuple[list[str], str]:
-    if dep.kind == "detector":
-        return ["boxes_scores"], "(B, 4 + nc, anchors): cx, cy, w, h in input pixels, then class probabilities"
-    return ["logits"], "(B, classes) logits"
+def _outputs(dep, branch: str = "") -> tuple[list[str], str]:
+    """The graph's output names and their description for the console (``branch``: words before the first
+    output's description, e.g. which branch of an end-to-end head it is)."""
+    names = [name for name, _ in dep.outputs]
+    desc = "; ".join(f"{'' if i == 0 else f'output {n!r} '}{branch if i == 0 else ''}{d}"
+                     for i, (n, d) in enumerate(dep.outputs))
+    return names, desc
 
 
 def _cmd_openvino(args: argparse.Namespace, console: Console) -> int:
@@ -170,7 +179,7 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.export.quantize import quantize_and_compare
 
     dep = _deployable(args, console, "OUT.int8.xml" if args.runtime == "openvino" else "OUT.int8.onnx")
-    if dep.kind == "detector" and not args.static and args.runtime == "onnxruntime":
+    if dep.boxes and not args.static and args.runtime == "onnxruntime":
         console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
                       "so expect little change", markup=False, soft_wrap=True)
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
@@ -197,10 +206,11 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     console.print(f"INT8 model: {args.output} (torch.set_num_threads {torch.get_num_threads()}; "
                   "latency: median over alternating rounds)", markup=False, soft_wrap=True)
-    if dep.kind == "detector" and args.data is not None and args.checkpoint is not None:
+    if dep.boxes and args.data is not None and args.checkpoint is not None:
         runtime = "openvino-int8" if args.runtime == "openvino" else "onnxruntime-qdq" if args.static else \
             "onnxruntime-int8"
-        console.print(f"mAP of each precision: vision-attn eval det --checkpoint {args.checkpoint} --data {args.data} "
+        task = "seg" if dep.kind == "segmenter" else "det"
+        console.print(f"mAP of each precision: vision-attn eval {task} --checkpoint {args.checkpoint} --data {args.data} "
                       f"--runtime {runtime} (and --runtime {args.runtime} for FP32)", markup=False, soft_wrap=True)
     return 0
 

@@ -105,7 +105,9 @@ def openvino_model(path: str | os.PathLike, *, threads: int | None = None, hint:
             "INFERENCE_NUM_THREADS": threads or torch.get_num_threads(), "INFERENCE_PRECISION_HINT": hint})
 
 
-def run_openvino(compiled: Any, x: torch.Tensor) -> torch.Tensor:
-    """The compiled model's first output for a float32 input tensor."""
+def run_openvino(compiled: Any, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The compiled model's output for a float32 input tensor (a tuple when the graph has several: a
+    segmenter's rows and prototypes)."""
     out = compiled(x.detach().to(torch.float32).contiguous().numpy())
-    return torch.from_numpy(out[compiled.outputs[0]].copy())
+    tensors = tuple(torch.from_numpy(out[o].copy()) for o in compiled.outputs)
+    return tensors[0] if len(tensors) == 1 else tensors

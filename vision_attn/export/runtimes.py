@@ -4,7 +4,7 @@ and batch side by side, alternating, with the same tools.
 
 :class:`RuntimeModel` exports its model once (ONNX with the TorchScript exporter, and for OpenVINO
 its IR, into a temporary folder removed with the object) and its ``forward`` runs the runtime on a
-float32 tensor. ``reference`` is the PyTorch module it was exported from: FLOPs are counted on it.
+float32 tensor, returning what the PyTorch model returns (a segmenter: its rows and prototypes). ``reference`` is the PyTorch module it was exported from: FLOPs are counted on it.
 Precision: ``fp32``; ``bf16`` is OpenVINO's ``bf16`` inference hint (onnxruntime's CPU provider has
 no bfloat16 kernels for these graphs, so it is refused there). ``onnxruntime-int8`` runs the dynamic
 INT8 graph of ``export quantize``; ``onnxruntime-qdq`` onnxruntime's static INT8 (QDQ, ``export
@@ -25,6 +25,7 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
+from vision_attn.export.outputs import graph_outputs
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
 
 __all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
@@ -55,6 +56,12 @@ def check_precision(runtime: str, precision: str) -> None:
                           "for these graphs); use --precision fp32, or openvino for bf16")
 
 
+def _one_or_tuple(outputs: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """A graph's one output as a tensor, several (a segmenter's rows and prototypes) as a tuple, as the
+    PyTorch model returns them."""
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
 class RuntimeModel(nn.Module):
     """``model`` exported and run in ``runtime`` (one of :data:`RUNTIMES` but torch) for inputs of
     ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``; ``calibration``:
@@ -70,22 +77,23 @@ class RuntimeModel(nn.Module):
         self.reference = [model.eval()]  # a list: not a submodule (its parameters are not this module's)
         self._folder = tempfile.mkdtemp(prefix="vision_attn-runtime-")
         path = Path(self._folder) / "model"
-        self._run: Callable[[torch.Tensor], torch.Tensor]
+        self._run: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]]
         if runtime in CALIBRATED and not calibration:  # ranges from random inputs: the same kernels and speed
             gen = torch.Generator().manual_seed(0)
             calibration = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
+        outputs = graph_outputs(model)
         if runtime.startswith("onnxruntime"):
             file = path.with_suffix(".onnx")
-            export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript")
+            export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)
             if runtime == "onnxruntime-int8":
                 file = quantize_onnx(file, path.with_name("int8.onnx"))
             elif runtime == "onnxruntime-qdq":
                 file = quantize_onnx_static(file, path.with_name("qdq.onnx"), calibration)
             session = onnx_session(file, threads)
-            self._run = lambda x: run_onnx(session, x)[0]
+            self._run = lambda x: _one_or_tuple(run_onnx(session, x))
         else:
             file = path.with_suffix(".xml")
-            export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript")
+            export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)
             if runtime == "openvino-int8":
                 file = quantize_openvino(file, path.with_name("int8.xml"), calibration,
                                          transformer=is_transformer(model))
@@ -97,7 +105,7 @@ class RuntimeModel(nn.Module):
         """The PyTorch module this runs an export of (FLOPs are counted on it)."""
         return self.reference[0]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         return self._run(x)
 
     def __del__(self) -> None:

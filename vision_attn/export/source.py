@@ -4,20 +4,24 @@ input size it is exported at and how a real image is prepared for it.
 - ``model=NAME``: :func:`vision_attn.create_model` (random weights), or with ``checkpoint=FILE`` a
   plain state dict in any layout ``create_model(pretrained=...)`` recognises; a file of another
   architecture is refused with the keys that do not fit.
-- ``checkpoint=RUN`` alone: a run's folder or its ``best.ckpt``/``last.ckpt``, classifier or detector,
-  with its own image size, classes and normalisation (:func:`vision_attn.tasks.load_run`).
-- ``yaml=FILE``: :func:`vision_attn.build_detector`; with ``checkpoint`` a state dict loaded strictly.
+- ``checkpoint=RUN`` alone: a run's folder or its ``best.ckpt``/``last.ckpt``, classifier, detector or
+  segmenter, with its own image size, classes and normalisation (:func:`vision_attn.tasks.load_run`).
+- ``yaml=FILE``: :func:`vision_attn.build_detector` (a detection or -seg YAML); with ``checkpoint`` a
+  state dict loaded strictly.
+
+What the graph returns: :attr:`Deployable.outputs` (:mod:`vision_attn.export.outputs`).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.export.outputs import OUTPUTS, Kind
 from vision_attn.io.resources import resolve_path
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.models import build_detector, create_model
@@ -30,14 +34,14 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DETECTOR_SIZE = 640
 
-
 @dataclass
 class Deployable:
     """An eval-mode network, its kind, its export input size (H, W) and its image normalisation
-    (classifiers: ``(x / 255 - mean) / std``; detectors: ``x / 255`` on a letterboxed image)."""
+    (classifiers: ``(x / 255 - mean) / std``; detectors and segmenters: ``x / 255`` on a letterboxed
+    image)."""
 
     model: nn.Module
-    kind: Literal["classifier", "detector"]
+    kind: Kind
     input_size: tuple[int, int]
     label: str
     mean: tuple[float, ...] = IMAGENET_MEAN
@@ -45,6 +49,16 @@ class Deployable:
     notes: list[str] = field(default_factory=list)
     transform: Callable[..., dict[str, Any]] | None = None  # a run's evaluation pipeline (albumentations)
     classes: list[str] | None = None
+
+    @property
+    def outputs(self) -> tuple[tuple[str, str], ...]:
+        """The graph's outputs: (name, description) each (:data:`OUTPUTS`)."""
+        return OUTPUTS[self.kind]
+
+    @property
+    def boxes(self) -> bool:
+        """Whether the network finds instances in a letterboxed image (a detector or a segmenter)."""
+        return self.kind != "classifier"
 
 
 def _hw(img_size: int | tuple[int, int] | list[int] | None) -> tuple[int, int] | None:
@@ -81,10 +95,7 @@ def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None)
 
 def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
     run = load_run(checkpoint)
-    if run.task == "seg":
-        raise ConfigError(f"--checkpoint {checkpoint}: a segmentation run; export writes classifiers and detectors "
-                          "(a segmentation graph with masks is not exported yet); use predict seg in PyTorch")
-    if run.task == "det":
+    if run.task in ("det", "seg"):
         return _checked_detector(run.model, size or run.img_size, run.label, [], classes=run.classes)
     return Deployable(run.model, "classifier", size or run.img_size, run.label, mean=run.mean, std=run.std,
                       transform=run.transform if size is None or size == run.img_size else None, classes=run.classes)
@@ -92,15 +103,17 @@ def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
 
 def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],
                       classes: list[str] | None = None) -> Deployable:
-    if getattr(model, "task", "detect") != "detect":
-        raise ConfigError(f"{label}: a {model.task} model (its last row is {type(model.model[-1]).__name__}); "
-                          "export --yaml takes a detector YAML (a classifier YAML trains with train cls and "
-                          "exports from its run folder; segmentation is not exported yet)")
+    task = getattr(model, "task", "detect")
+    if task not in ("detect", "segment"):
+        raise ConfigError(f"{label}: a {task} model (its last row is {type(model.model[-1]).__name__}); "
+                          "export --yaml takes a detection or segmentation YAML (a classifier YAML trains with "
+                          "train cls and exports from its run folder)")
     stride = int(max(model.stride)) if model.stride else 32
     if size[0] % stride or size[1] % stride:
         raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
                           f"largest stride {stride}, e.g. {stride * max(1, round(size[0] / stride))}")
-    return Deployable(model.eval(), "detector", size, label, notes=notes, classes=classes)
+    kind: Kind = "segmenter" if task == "segment" else "detector"
+    return Deployable(model.eval(), kind, size, label, notes=notes, classes=classes)
 
 
 def _detector(yaml: str, scale: str | None, checkpoint: str | None, size: tuple[int, int] | None) -> Deployable:

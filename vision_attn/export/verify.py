@@ -11,14 +11,15 @@ where onnxruntime is within 4x PyTorch float32's own distance from a float64 run
 the same input: the export adds no more error than float32 arithmetic itself makes. OpenVINO's CPU
 convolutions (Winograd among them) round further: measured 2-6x PyTorch float32's own distance on that
 model (random batch-norm statistics, four seeds), so its check allows 8x (``factor``); classifiers
-agree within 2e-6.
+agree within 2e-6. A segmenter's mask coefficients and prototypes (or, after NMS, its mask
+probabilities) are held to 1e-4 like its scores, with the same float64 allowance.
 """
 from __future__ import annotations
 
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -26,6 +27,7 @@ from vision_attn.errors import ExportError
 from vision_attn.export.onnx import onnx_session, run_onnx
 from vision_attn.export.sample import classifier_input, letterbox_input
 from vision_attn.export.source import Deployable
+from vision_attn.export.nms import SegmenterWithNMS
 from vision_attn.export.topk import DetectorWithTopK
 
 __all__ = ["ParityCheck", "ParityReport", "verify_onnx", "verify_outputs", "TOLERANCE", "BOX_TOLERANCE"]
@@ -68,32 +70,50 @@ class ParityReport:
         return all(c.passes(self.tolerances, self.factor) for c in self.checks)
 
 
-def _diffs(kind: str, ours: torch.Tensor, ref: torch.Tensor, exact: bool = False, rows: bool = False
+def _parts(kind: str, outs: Sequence[torch.Tensor], rows: bool) -> dict[str, torch.Tensor]:
+    """The quantities of a graph's outputs compared one by one: a classifier's logits; a detector's boxes
+    and scores (rows (..., N, 6) after NMS or top-k, or (B, 4 + nc, A)); a segmenter's also its mask
+    coefficients and prototypes (or, after NMS, its (N, Hp, Wp) masks)."""
+    first = outs[0]
+    if kind == "classifier":
+        return {"logits": first}
+    if first.ndim == 2 or rows:  # (..., N, 6) x1 y1 x2 y2 score class
+        parts = {"boxes": first[..., :4], "scores": first[..., 4:]}
+        return {**parts, "masks": outs[1]} if kind == "segmenter" else parts
+    if kind == "segmenter":  # (B, 4 + nc + nm, A) and (B, nm, Hp, Wp)
+        nm = outs[1].shape[1]
+        return {"boxes": first[:, :4], "scores": first[:, 4:-nm], "coeffs": first[:, -nm:], "protos": outs[1]}
+    return {"boxes": first[:, :4], "scores": first[:, 4:]}
+
+
+def _tuple(out: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
+def _diffs(kind: str, ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], rows: bool = False
            ) -> dict[str, float]:
-    if ours.shape != ref.shape:
-        raise ExportError(f"the exported model returned shape {tuple(ours.shape)} where PyTorch gives {tuple(ref.shape)}"
-                          f"{' (a different number of detections)' if ours.ndim == 2 and kind == 'detector' else ''}")
-    diff = (ours.double() - ref.double()).abs() if exact else (ours.float() - ref.float()).abs()
-    if not torch.isfinite(ours).all():
-        return {k: float("inf") for k in (("boxes", "scores") if kind == "detector" else ("logits",))}
-    if kind == "detector" and (ours.ndim == 2 or rows):  # after NMS or top-k: (..., N, 6) x1 y1 x2 y2 score class
-        if ours.shape[0] == 0:
-            return {"boxes": 0.0, "scores": 0.0}
-        return {"boxes": float(diff[..., :4].max()), "scores": float(diff[..., 4:].max())}
-    if kind == "detector":  # (B, 4 + nc, A)
-        return {"boxes": float(diff[:, :4].max()), "scores": float(diff[:, 4:].max()) if diff.shape[1] > 4 else 0.0}
-    return {"logits": float(diff.max())}
+    """The largest absolute difference of each quantity (:func:`_parts`) between two runs' outputs."""
+    if len(ours) != len(ref):
+        raise ExportError(f"the exported model returned {len(ours)} outputs where PyTorch gives {len(ref)}")
+    for o, r in zip(ours, ref):
+        if o.shape != r.shape:
+            raise ExportError(f"the exported model returned shape {tuple(o.shape)} where PyTorch gives "
+                              f"{tuple(r.shape)}{' (a different number of detections)' if o.ndim == 2 and kind != 'classifier' else ''}")
+    a, b = _parts(kind, ours, rows), _parts(kind, ref, rows)
+    if not all(torch.isfinite(o).all() for o in ours):
+        return {k: float("inf") for k in a}
+    return {k: float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a}
 
 
 def verify_onnx(path: str | os.PathLike, deployable: Deployable, *, batches: tuple[int, ...] = (1,),
                 seed: int = 0, model: torch.nn.Module | None = None) -> ParityReport:
     """Run ``path`` in onnxruntime and ``deployable.model`` in PyTorch (see :func:`verify_outputs`)."""
     session = onnx_session(path)
-    return verify_outputs(lambda x: run_onnx(session, x)[0], path, "onnxruntime", deployable, batches=batches,
+    return verify_outputs(lambda x: run_onnx(session, x), path, "onnxruntime", deployable, batches=batches,
                           seed=seed, model=model, hint="try the other exporter (--exporter) or another --opset")
 
 
-def verify_outputs(run: Callable[[torch.Tensor], torch.Tensor], path: str | os.PathLike, runtime: str,
+def verify_outputs(run: Callable[[torch.Tensor], torch.Tensor | Sequence[torch.Tensor]], path: str | os.PathLike, runtime: str,
                    deployable: Deployable, *, batches: tuple[int, ...] = (1,), seed: int = 0,
                    model: torch.nn.Module | None = None, scale: float = 1.0, factor: float = 4.0,
                    hint: str = "") -> ParityReport:
@@ -106,37 +126,41 @@ def verify_outputs(run: Callable[[torch.Tensor], torch.Tensor], path: str | os.P
     own distance from float64 (see the module docstring). ``hint``: what to try when the check fails."""
     model = deployable.model if model is None else model
     rows = isinstance(model, DetectorWithTopK)  # (B, K, 6) detections, not (B, 4 + nc, A)
+    kind = deployable.kind
     h, w = deployable.input_size
     gen = torch.Generator().manual_seed(seed)
     inputs: list[tuple[str, torch.Tensor]] = []
     for b in batches:
         x = torch.randn(b, 3, h, w, generator=gen)
-        if deployable.kind == "detector":
+        if deployable.boxes:
             x = torch.rand(b, 3, h, w, generator=gen)  # detectors take [0, 1] pixels
         inputs.append((f"random batch {b}", x))
-    photo = (letterbox_input((h, w)) if deployable.kind == "detector"
+    photo = (letterbox_input((h, w)) if deployable.boxes
              else classifier_input((h, w), deployable.mean, deployable.std))
     inputs.append(("china.jpg", photo))
-    report = ParityReport(tolerances={"boxes": BOX_TOLERANCE * scale, "scores": TOLERANCE * scale}
-                          if deployable.kind == "detector" else {"logits": TOLERANCE * scale}, factor=factor)
-    model64 = copy.deepcopy(model).double() if deployable.kind == "detector" else None
+    tolerances = {"logits": TOLERANCE * scale}
+    if deployable.boxes:
+        masks = (("masks",) if isinstance(model, SegmenterWithNMS) else ("coeffs", "protos")) if kind == "segmenter" else ()
+        tolerances = {k: (BOX_TOLERANCE if k == "boxes" else TOLERANCE) * scale for k in ("boxes", "scores", *masks)}
+    report = ParityReport(tolerances=tolerances, factor=factor)
+    model64 = copy.deepcopy(model).double() if deployable.boxes else None
     for name, x in inputs:
         with torch.no_grad():
-            ref = model(x)
-            exact = model64(x.double()) if model64 is not None else None
+            ref = _tuple(model(x))
+            exact = _tuple(model64(x.double())) if model64 is not None else None
         try:
-            ours = run(x)
+            ours = _tuple(run(x))
         except Exception as e:  # noqa: BLE001 - runtimes raise one type per cause
             raise ExportError(f"{path}: {runtime} failed on {name} {tuple(x.shape)}: "
                               f"{str(e).strip().splitlines()[0][:300]}") from None
-        check = ParityCheck(name, tuple(x.shape), _diffs(deployable.kind, ours, ref, rows=rows))
-        if exact is not None and exact.shape == ref.shape:
-            check.exact = _diffs(deployable.kind, ours.double(), exact, exact=True, rows=rows)
-            check.own = _diffs(deployable.kind, ref.double(), exact, exact=True, rows=rows)
+        check = ParityCheck(name, tuple(x.shape), _diffs(kind, ours, ref, rows=rows))
+        if exact is not None and [e.shape for e in exact] == [r.shape for r in ref]:
+            check.exact = _diffs(kind, ours, exact, rows=rows)
+            check.own = _diffs(kind, ref, exact, rows=rows)
         elif exact is not None:  # NMS kept another count in float64: PyTorch's own error before the NMS
             with torch.no_grad():
-                check.own = _diffs(deployable.kind, deployable.model(x).double(),
-                                   getattr(model64, "detector", model64)(x.double()), exact=True)
+                check.own = _diffs(kind, _tuple(deployable.model(x)),
+                                   _tuple(getattr(model64, "detector", model64)(x.double())))
         report.checks.append(check)
     if not report.ok:
         worst = next(c for c in report.checks if not c.passes(report.tolerances, report.factor))

@@ -6,6 +6,10 @@ scale, class names, image size, EMA weights; :mod:`vision_attn.tasks.detect.run`
 an ultralytics ``-seg.pt`` is laid out as one. Masks are the sigmoid of each detection's coefficients
 times the prototypes, cropped to its box and upsampled to the input (:mod:`vision_attn.models.yolo.masks`),
 then taken back to the original image (letterbox undone) and thresholded at 0.5.
+
+``runtime`` (``eval seg`` / ``predict seg --runtime``): the network exported and run in onnxruntime or
+OpenVINO (:class:`~vision_attn.export.runtimes.RuntimeModel`, through the command's factory), which returns
+the same ``(pred, protos)`` pair; masks and boxes are then made here as for PyTorch's output.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, image_paths, open_detection
+from vision_attn.data.calibration import detection_calibration
 from vision_attn.data.detection import DetectionDataset, collate_detection, read_image
 from vision_attn.data.masks import encode_mask
 from vision_attn.errors import CheckpointError, DataError
@@ -31,7 +36,7 @@ from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_o
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
 from vision_attn.tasks.detect.run import FrameList, ImageList, load_detector_run
-from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, read_run_checkpoint, task_of
 from vision_attn.tasks.segment.plots import draw_segments, save_image
 from vision_attn.tasks.stream import StreamResult, predict_stream
 
@@ -105,20 +110,22 @@ def _run(seg: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: i
 
 def evaluate_segmenter(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
                        fmt: str = "auto", batch_size: int = 32, num_workers: int = 0, conf: float = 0.001,
-                       iou: float = 0.7, max_det: int = 300, backend: str = "faster", runtime: Any = None
+                       iou: float = 0.7, max_det: int = 300, backend: str = "faster", runtime: Runtime | None = None
                        ) -> dict[str, Any]:
     """Box and mask COCO mAP@[.5:.95], mAP@.5 and per-class AP of a segmentation run on the ``split`` of
-    ``data`` (``demo:digit-masks``, a YOLO data YAML with polygon labels, a COCO folder with segmentations)."""
-    if runtime is not None:
-        raise DataError("eval seg runs the checkpoint in PyTorch; --runtime applies to cls and det runs")
+    ``data`` (``demo:digit-masks``, a YOLO data YAML with polygon labels, a COCO folder with segmentations).
+    ``runtime``: the network run there (calibrated, where it calibrates, on 128 of ``data``'s training
+    images)."""
     seg = load_segmenter(checkpoint)
+    network = None if runtime is None else runtime(
+        seg.model, seg.img_size, lambda: detection_calibration(data, seg.img_size[0], images=128))
     dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(seg.img_size[0], masks=True),
                              masks=True)
     if list(dataset.names) != seg.classes:
         raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
                         f"{seg.classes}; evaluate on data with the same classes in the same order")
     dets = [with_rle(d) for d in _run(seg, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf,
-                                      iou=iou, max_det=max_det, multi_label=True)]
+                                      iou=iou, max_det=max_det, multi_label=True, network=network)]
     truth = dataset.ground_truth()
     box = coco_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, backend=backend)
     mask = coco_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, backend=backend,
@@ -127,6 +134,15 @@ def evaluate_segmenter(checkpoint: str | os.PathLike, data: str | os.PathLike, *
             "detections": sum(len(d["scores"]) for d in dets), "map": float(box.map), "map50": float(box.map50),
             "mask_map": float(mask.map), "mask_map50": float(mask.map50), "per_class": box.as_dict()["per_class"],
             "per_class_mask": mask.as_dict()["per_class"], "table": box.table(), "mask_table": mask.table()}
+
+
+def _predictor(checkpoint: str | os.PathLike, runtime: Runtime | None
+               ) -> tuple[Run, Callable[[torch.Tensor], Any] | None]:
+    """The segmenter of ``checkpoint`` for prediction (batch norms folded) and, with ``runtime``, its
+    network in that runtime, for square inputs of the run's image size."""
+    seg = load_segmenter(checkpoint)
+    fuse_conv_bn(seg.model)
+    return seg, None if runtime is None else runtime(seg.model, seg.img_size, None)
 
 
 def _json_mask(mask: np.ndarray) -> dict[str, Any]:
@@ -144,19 +160,17 @@ def _items(d: dict[str, Any], classes: Sequence[str]) -> list[dict[str, Any]]:
 
 def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *,
                      output: str | os.PathLike | None = None, conf: float = 0.25, iou: float = 0.7,
-                     max_det: int = 300, batch_size: int = 16, runtime: Any = None) -> list[dict[str, Any]]:
+                     max_det: int = 300, batch_size: int = 16, runtime: Runtime | None = None
+                     ) -> list[dict[str, Any]]:
     """Instance masks for image files (folders are searched): ``[{"image", "width", "height",
     "detections": [{"box", "score", "label", "class", "mask": COCO RLE {"size": [h, w], "counts"}}]}]``
     in original pixels. With ``output``, each image with its masks and boxes drawn is written there under
-    its own name, and the list as ``segments.json``."""
-    if runtime is not None:
-        raise DataError("predict seg runs the checkpoint in PyTorch; --runtime applies to cls and det runs")
-    seg = load_segmenter(checkpoint)
-    fuse_conv_bn(seg.model)
+    its own name, and the list as ``segments.json``. ``runtime``: the network run there."""
+    seg, network = _predictor(checkpoint, runtime)
     dataset = ImageList(image_paths(images))
     dataset.transform = DetectionTransform(seg.img_size[0])
     found = _run(seg, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
-                 multi_label=False)
+                 multi_label=False, network=network)
     out_dir = Path(output) if output is not None else None
     results, used = [], set()
     for rec, d in zip(dataset.records, found):
@@ -174,20 +188,18 @@ def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.Pa
 
 
 def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
-                          conf: float = 0.25, iou: float = 0.7, max_det: int = 300, runtime: Any = None
+                          conf: float = 0.25, iou: float = 0.7, max_det: int = 300, runtime: Runtime | None = None
                           ) -> StreamResult:
     """Instance masks for every frame of ``reader`` (a video, frames, a camera or a stream): ``OUT/STEM.mp4``
     with masks and boxes drawn and ``OUT/STEM.jsonl``, one line per frame (``{"frame", "time",
-    "detections"}``, the detections as :func:`predict_segments` gives them)."""
-    if runtime is not None:
-        raise DataError("predict seg runs the checkpoint in PyTorch; --runtime applies to cls and det runs")
-    seg = load_segmenter(checkpoint)
-    fuse_conv_bn(seg.model)
+    "detections"}``, the detections as :func:`predict_segments` gives them). ``runtime``: the network run
+    there."""
+    seg, network = _predictor(checkpoint, runtime)
     transform = DetectionTransform(seg.img_size[0])
 
     def infer(frames: Sequence[np.ndarray]) -> list[dict[str, Any]]:
         return _run(seg, FrameList(frames, transform), batch_size=len(frames), num_workers=0, conf=conf, iou=iou,
-                    max_det=max_det, multi_label=False)
+                    max_det=max_det, multi_label=False, network=network)
 
     def draw(frame: np.ndarray, d: dict[str, Any]) -> np.ndarray:
         return draw_segments(frame, d["masks"], d["boxes"], d["labels"], seg.classes, d["scores"])
