@@ -1,5 +1,5 @@
-"""Data: image folders (classification), COCO json and YOLO txt detection sets, albumentations pipelines,
-the built-in demo data sets, and DataLoader helpers. Nothing here imports Lightning."""
+"""Data: image folders (classification) and their tar shards, COCO json and YOLO txt detection sets,
+albumentations pipelines, the built-in demo data sets, and DataLoader helpers. Nothing here imports Lightning."""
 import os
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # before albumentations is imported: no network check
@@ -31,6 +31,7 @@ from vision_attn.data.splits import ClassificationSplits, load_splits  # noqa: E
 from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transforms, train_transforms  # noqa: E402
 from vision_attn.data.yolo_txt import YoloDetection  # noqa: E402
 from vision_attn.data.check import DataCheck, check_data  # noqa: E402
+from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards, pack_shards  # noqa: E402
 
 __all__ = [
     "DEMO_DATASETS", "cache_dir", "is_demo", "materialise", "resolve_root", "IMAGE_EXTENSIONS", "image_paths", "FolderScan",
@@ -39,5 +40,5 @@ __all__ = [
     "eval_transforms", "train_transforms", "CocoDetection", "YoloDetection", "open_detection", "DetectionTransform",
     "letterbox_params", "DetectionDataset", "DetectionRecord", "DetectionStats", "collate_detection",
     "DigitBoxesConfig", "generate_digit_boxes", "write_digit_boxes", "write_digit_masks", "Faults", "Problem", "walk_images",
-    "check_data", "DataCheck",
+    "check_data", "DataCheck", "pack_shards", "open_shards", "is_shard_set", "ShardSplits", "ShardDataset",
 ]

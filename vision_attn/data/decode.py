@@ -19,6 +19,7 @@ the file, so a truncated JPEG is found as before.
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import Callable, Sequence
 
@@ -69,11 +70,13 @@ def _fail(path: str | os.PathLike, e: BaseException) -> DataError:
     return DataError(f"{path}: {image_reason(e)}: {SKIP_HINT}")
 
 
-def _opencv_jpeg(path: str | os.PathLike, factor: int, width: int, height: int) -> np.ndarray | None:
+def _opencv_jpeg(path: str | os.PathLike, factor: int, width: int, height: int,
+                 raw: bytes | None = None) -> np.ndarray | None:
     """A colour JPEG decoded by OpenCV's libjpeg-turbo at 1/``factor``, or None where PIL must decode
     it: a file that does not end in the JPEG end marker (truncated: OpenCV would fill the missing rows
-    with grey and only warn, where PIL raises), or one OpenCV does not decode to the expected size."""
-    data = np.fromfile(path, dtype=np.uint8)
+    with grey and only warn, where PIL raises), or one OpenCV does not decode to the expected size.
+    ``raw``: the file's bytes, already read (``path`` then only names them)."""
+    data = np.fromfile(path, dtype=np.uint8) if raw is None else np.frombuffer(raw, dtype=np.uint8)
     if data.size < 4 or bytes(data[-2:]) != b"\xff\xd9":
         return None
     colour = cv2.IMREAD_COLOR if _CV2_RGB is None else _CV2_RGB
@@ -85,7 +88,7 @@ def _opencv_jpeg(path: str | os.PathLike, factor: int, width: int, height: int) 
 
 
 def read_image(path: str | os.PathLike, choose: Callable[[int, int], int] | None = None,
-               decoder: str = "pil") -> tuple[np.ndarray, int]:
+               decoder: str = "pil", *, data: bytes | None = None) -> tuple[np.ndarray, int]:
     """Decode ``path`` to an (H, W, 3) uint8 RGB array, at 1/f of its size for a JPEG where
     ``choose(width, height)`` (called with the full size from the header, before any pixel is
     decoded) returns f in 1, 2, 4, 8; returns (array, the factor used: 1 for every other format).
@@ -93,11 +96,14 @@ def read_image(path: str | os.PathLike, choose: Callable[[int, int], int] | None
     ``decoder``: ``"pil"`` (PIL's libjpeg-turbo) or ``"opencv"`` (OpenCV's, for colour JPEGs that end
     in the end marker; grey and CMYK JPEGs, files without it and every other format go through PIL).
     With PIL the array is that of :func:`~vision_attn.data.folder.load_image` at factor 1 (the same
-    calls); it may be read-only (NumPy's view of PIL's bytes): transforms write into new arrays."""
+    calls); it may be read-only (NumPy's view of PIL's bytes): transforms write into new arrays.
+
+    ``data``: the file's bytes, read already (a member of a tar shard, :mod:`~vision_attn.data.shards`):
+    they are decoded by the same calls as the file would be, and ``path`` only names them in errors."""
     if decoder not in DECODERS:
         raise ConfigError(f"decoder={decoder!r}: choose one of {', '.join(DECODERS)}")
     try:
-        img = Image.open(path)  # the header only
+        img = Image.open(path if data is None else io.BytesIO(data))  # the header only
     except DECODE_ERRORS as e:
         raise _fail(path, e) from None
     try:
@@ -107,7 +113,7 @@ def read_image(path: str | os.PathLike, choose: Callable[[int, int], int] | None
             if wanted not in FACTORS:
                 raise ConfigError(f"decode factor {wanted}: choose one of {FACTORS}")
         if decoder == "opencv" and img.format == "JPEG" and img.mode == "RGB":
-            arr = _opencv_jpeg(path, wanted, *img.size)
+            arr = _opencv_jpeg(path, wanted, *img.size, raw=data)
             if arr is not None:
                 return arr, wanted
         if wanted > 1 and img.format == "JPEG":

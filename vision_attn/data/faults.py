@@ -15,6 +15,7 @@ link once; :func:`decode_problem` and :func:`image_size` read an image through t
 """
 from __future__ import annotations
 
+import io
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -200,13 +201,14 @@ def image_reason(e: BaseException) -> str:
     return f"cannot decode the image ({detail}); the file is corrupt"
 
 
-def decode_problem(path: str | os.PathLike) -> tuple[str | None, tuple[int, int] | None]:
-    """Decode ``path`` completely; (None, (width, height)) when it decodes, else (the reason, None)."""
-    broken = _link_problem(os.fspath(path))
+def decode_problem(path: str | os.PathLike, data: bytes | None = None) -> tuple[str | None, tuple[int, int] | None]:
+    """Decode ``path`` completely; (None, (width, height)) when it decodes, else (the reason, None).
+    ``data``: the file's bytes, read already (a shard's member, named by ``path``)."""
+    broken = _link_problem(os.fspath(path)) if data is None else None
     if broken is not None:
         return broken, None
     try:
-        with Image.open(path) as img:
+        with Image.open(path if data is None else io.BytesIO(data)) as img:
             img.load()  # a truncated file fails here
             return None, img.size
     except DECODE_ERRORS as e:

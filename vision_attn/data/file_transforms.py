@@ -18,7 +18,8 @@ A file that is decoded at full size (every PNG, BMP, WebP ...; a JPEG whose crop
 the output) gives exactly the tensor the ``Compose`` gives for :func:`~vision_attn.data.folder.load_image`'s
 array, bit for bit. :class:`EvalFileTransform` does the same for ``eval_transforms`` (resize so that
 the centre crop keeps ``crop_pct``, centre crop): the reduction is chosen from the resize's target.
-Both keep the ``Compose``'s interface: ``transform(image=array)`` runs the ``Compose`` itself, and
+``read(path, data)`` takes the file's bytes where they are read already (a tar shard's member): the
+same decode, the same tensor. Both keep the ``Compose``'s interface: ``transform(image=array)`` runs the ``Compose`` itself, and
 ``set_random_state`` / ``set_random_seed`` (what :class:`~vision_attn.data.sampler.EpochItems` and
 :func:`~vision_attn.data.loader.seed_worker` call) reseed it.
 """
@@ -86,8 +87,9 @@ class FileTransform(ABC):
 
     # -------------------------------------------------------- from the file
     @abstractmethod
-    def read(self, path: str | os.PathLike) -> torch.Tensor:
-        """The (3, H, W) float32 tensor of the image at ``path``."""
+    def read(self, path: str | os.PathLike, data: bytes | None = None) -> torch.Tensor:
+        """The (3, H, W) float32 tensor of the image at ``path``; ``data``: the file's bytes, read
+        already (a shard's member: ``path`` then names it in errors), decoded as the file would be."""
 
     def _start(self) -> None:
         # Compose.__call__ draws once for its own p before its first transform: so do we
@@ -128,7 +130,7 @@ class TrainFileTransform(FileTransform):
         params["shape"] = (height, width, 3)
         return tuple(self.first.get_params_dependent_on_data(params, {})["crop_coords"])  # type: ignore[return-value]
 
-    def read(self, path: str | os.PathLike) -> torch.Tensor:
+    def read(self, path: str | os.PathLike, data: bytes | None = None) -> torch.Tensor:
         self._start()
         box: list[tuple[int, int, int, int]] = []
 
@@ -137,7 +139,7 @@ class TrainFileTransform(FileTransform):
             x1, y1, x2, y2 = box[0]
             return reduction((y2 - y1, x2 - x1), self.first.size) if self.reduce else 1
 
-        image, factor = read_image(path, choose, self.decoder)
+        image, factor = read_image(path, choose, self.decoder, data=data)
         coords = scale_box(box[0], factor, image.shape[1], image.shape[0])
         return self._finish(self.first.apply(image, crop_coords=coords), factor)
 
@@ -159,12 +161,12 @@ class EvalFileTransform(FileTransform):
         scale = side / min(width, height)
         return height * scale, width * scale
 
-    def read(self, path: str | os.PathLike) -> torch.Tensor:
+    def read(self, path: str | os.PathLike, data: bytes | None = None) -> torch.Tensor:
         self._start()
 
         def choose(width: int, height: int) -> int:
             return reduction((height, width), self._target(width, height)) if self.reduce else 1
 
-        image, factor = read_image(path, choose, self.decoder)
+        image, factor = read_image(path, choose, self.decoder, data=data)
         image = self.first(image=image)["image"]
         return self._finish(image, factor)

@@ -62,6 +62,8 @@ class ContinuedCSVLogger(CSVLogger):
 
 def run_loggers(run_dir: Path, resume_step: int | None) -> list:
     """``csv/metrics.csv`` and ``tensorboard/`` of a run folder, continued from ``resume_step``."""
-    tb_kwargs = {} if resume_step is None else {"purge_step": resume_step}
+    # a resume's own event file: the writer names files by the second it starts in, so a resume within the
+    # second of the stop would otherwise write over the file of the steps before it
+    tb_kwargs = {} if resume_step is None else {"purge_step": resume_step, "filename_suffix": f".from{resume_step}"}
     return [ContinuedCSVLogger(run_dir, name="csv", version="", resume_step=resume_step),
             TensorBoardLogger(run_dir, name="tensorboard", version="", default_hp_metric=False, **tb_kwargs)]

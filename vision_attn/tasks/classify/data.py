@@ -1,8 +1,10 @@
 """The classification LightningDataModule: a data root -> train and val DataLoaders.
 
 Batches are ``(images (B, 3, H, W) float32, labels (B,) int64)``. Workers are seeded
-(:func:`~vision_attn.data.seed_worker`), persistent and pinned when asked; under DDP Lightning puts a
-``DistributedSampler`` in front of each loader, so every process reads its own share.
+(:func:`~vision_attn.data.seed_worker`), persistent and pinned when asked; under DDP each process
+reads its own share (:class:`~vision_attn.data.sampler.EpochSampler`). The root is class folders or a
+shard set that ``vision-attn data pack`` wrote from them (:mod:`~vision_attn.data.shards`): the same
+items in the same order, so the same batches.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from vision_attn.data import (
 )
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
+from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
 from vision_attn.errors import ConfigError
 from vision_attn.tasks.data_module import ResumableDataModule
 
@@ -35,7 +38,8 @@ class ClassificationDataModule(ResumableDataModule):
 
     Args:
         root: ``ROOT/train`` + ``ROOT/val`` class folders, one folder of class folders (split by
-            ``val_fraction``), or a built-in data set (``demo:digits``, ``demo:faces``).
+            ``val_fraction``), a built-in data set (``demo:digits``, ``demo:faces``), or a shard set
+            of ``vision-attn data pack`` (its folder or ``index.json``, local or a URL; packed with its split).
         img_size: side of the square images the model sees.
         batch_size: images per device and step (training); ``eval_batch_size``: for validation
             (default: twice ``batch_size``).
@@ -90,9 +94,9 @@ class ClassificationDataModule(ResumableDataModule):
         super().__init__()
         check_loader_args(batch_size, eval_batch_size, num_workers)
         self.save_hyperparameters()
-        self.splits: ClassificationSplits | None = None
-        self.train_set: ImageFolder | None = None
-        self.val_set: ImageFolder | None = None
+        self.splits: ClassificationSplits | ShardSplits | None = None
+        self.train_set: ImageFolder | ShardDataset | None = None
+        self.val_set: ImageFolder | ShardDataset | None = None
 
     # ---------------------------------------------------------------- data
     def prepare_data(self) -> None:
@@ -100,13 +104,17 @@ class ClassificationDataModule(ResumableDataModule):
         if is_demo(self.hparams.root):
             materialise(self.hparams.root.split(":", 1)[1])
 
-    def scan(self) -> ClassificationSplits:
+    def scan(self) -> ClassificationSplits | ShardSplits:
         """Resolve the root into train and val samples (once); also what :meth:`setup` calls."""
         if self.splits is None:
             self.prepare_data()
             hp = self.hparams
-            self.splits = load_splits(hp.root, val_fraction=hp.val_fraction, split_seed=hp.split_seed,
-                                      skip_bad_images=hp.skip_bad_images, threads=max(1, os.cpu_count() or 1))
+            threads = max(1, os.cpu_count() or 1)
+            if is_shard_set(hp.root):
+                self.splits = open_shards(hp.root, skip_bad_images=hp.skip_bad_images, threads=threads)
+            else:
+                self.splits = load_splits(hp.root, val_fraction=hp.val_fraction, split_seed=hp.split_seed,
+                                          skip_bad_images=hp.skip_bad_images, threads=threads)
         return self.splits
 
     @property
@@ -127,13 +135,16 @@ class ClassificationDataModule(ResumableDataModule):
                                     interpolation=hp.interpolation, seed=hp.seed)
         # from the file: the crop drawn on the header's size, a JPEG decoded at reduced size where the
         # crop allows (data/file_transforms.py); a full-size decode gives the Compose's tensor bit for bit
-        self.train_set = ImageFolder(splits.train, splits.classes, TrainFileTransform(train_tf))
-        self.val_set = ImageFolder(splits.val, splits.classes, EvalFileTransform(self.eval_transform()))
+        dataset = ShardDataset if isinstance(splits, ShardSplits) else ImageFolder
+        self.train_set = dataset(splits.train, splits.classes, TrainFileTransform(train_tf))  # type: ignore[arg-type]
+        self.val_set = dataset(splits.val, splits.classes, EvalFileTransform(self.eval_transform()))  # type: ignore[arg-type]
         if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
             raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
                               f"images, and data.drop_last drops the only batch: lower data.batch_size")
-        if stage in (None, "fit", "validate") and not self.val_set.samples:
-            raise ConfigError(f"{splits.root}: no validation images; add a val/ folder or raise data.val_fraction")
+        if stage in (None, "fit", "validate") and not len(self.val_set):
+            fix = ("pack the folder with --split all" if isinstance(splits, ShardSplits) else
+                   "add a val/ folder or raise data.val_fraction")
+            raise ConfigError(f"{splits.root}: no validation images; {fix}")
 
     def eval_transform(self):
         """The evaluation pipeline of this data module (also for checkpoints' eval and predict)."""
