@@ -104,7 +104,7 @@ def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
 def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],
                       classes: list[str] | None = None) -> Deployable:
     task = getattr(model, "task", "detect")
-    if task not in ("detect", "segment"):
+    if task not in ("detect", "segment", "rtdetr"):
         raise ConfigError(f"{label}: a {task} model (its last row is {type(model.model[-1]).__name__}); "
                           "export --yaml takes a detection or segmentation YAML (a classifier YAML trains with "
                           "train cls and exports from its run folder)")

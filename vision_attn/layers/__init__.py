@@ -4,6 +4,11 @@ from vision_attn.layers.attention import Attention, attend, record_attention
 from vision_attn.layers.attention_pool import AttentionPoolLatent
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention, TorchvisionCosineWindowAttention
 from vision_attn.layers.block import BLOCKS, Block, LayerNorm6, PostNormBlock
+from vision_attn.layers.deformable_attention import (
+    MultiScaleDeformableAttention,
+    multi_scale_deformable_attn,
+    sampling_locations,
+)
 from vision_attn.layers.drop_path import DropPath, drop_path
 from vision_attn.layers.layer_scale import LayerScale
 from vision_attn.layers.mlp import Mlp, SwiGLU, FFN_LAYERS
@@ -44,5 +49,6 @@ __all__ = [
     "gather_tokens", "region_mask",
     "relative_position_index", "resample_relative_position_bias", "SwinBlock", "WindowRule", "TimmWindows",
     "TorchvisionWindows", "WINDOW_RULES", "SwinV2Block", "PatchMergingV2", "CosineWindowAttention",
-    "TorchvisionCosineWindowAttention",
+    "TorchvisionCosineWindowAttention", "MultiScaleDeformableAttention", "multi_scale_deformable_attn",
+    "sampling_locations",
 ]

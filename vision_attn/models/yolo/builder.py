@@ -18,6 +18,12 @@ never scaled); a ResNetLayer row's arguments are used as written (its ``c1`` che
 and it gives ``c2`` (stem) or ``e * c2`` channels; a TorchVision row gives the channels it declares
 (checked). A classifier has no strides to probe, and keeps torch's batch-norm settings
 (:data:`CLASSIFIER_NORM`), as ultralytics' classification models do.
+
+RT-DETR (the rtdetr-*.yaml and yolov8-rtdetr.yaml rows): HGStem / HGBlock take ``[cm, c2, ...]`` unscaled
+(an HGBlock row's repeats become its convolution count), RepC3 is scaled like C3, AIFI receives
+``[c_in, *args]`` and keeps the channels, and the RTDETRDecoder row (the last) receives its inputs'
+channels as its second argument; its inputs' strides are probed as Detect's are (:attr:`DetectionModel.task`
+``"rtdetr"``).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from vision_attn.models.yolo.conv import Conv
 from vision_attn.models.yolo.detect import Detect
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
 from vision_attn.models.yolo.resnet_rows import resnet_layer_channels
+from vision_attn.models.yolo.rtdetr_decoder import RTDETRDecoder
 from vision_attn.models.yolo.schema import MAX_CHANNELS, MULTI_INPUT_KINDS, DetectorSpec, Row, parse_spec
 from vision_attn.models.yolo.segment import Segment
 
@@ -64,7 +71,11 @@ class DetectionModel(nn.Module):
     (B, 3, H, W) -> Detect's output: in training a list of (B, 4*reg_max + nc, H/s, W/s) maps, in
     eval (B, 4 + nc, A) decoded boxes and class probabilities. H and W must be multiples of the
     largest stride (32 for the shipped YAMLs). With a Classify head (:attr:`task` ``"classify"``):
-    logits (B, nc) in training and eval, any H and W; :attr:`stride` stays empty.
+    logits (B, nc) in training and eval, any H and W; :attr:`stride` stays empty. With an
+    :class:`RTDETRDecoder` head (:attr:`task` ``"rtdetr"``): in eval the rows of a Detect head's output,
+    (B, 4 + nc, nq), each query's cx, cy, w, h in input pixels and class probabilities (read with a top-k,
+    no NMS: the head is end to end); in training the decoder's tuple (see the class), with denoising
+    queries made from ``targets`` (:func:`vision_attn.losses.detr_targets`' dict) when given.
     """
 
     def __init__(self, layers: list[nn.Module], inputs: list[tuple[int, ...]], multi: list[bool],
@@ -84,11 +95,14 @@ class DetectionModel(nn.Module):
     @property
     def task(self) -> str:
         """What the last row predicts: ``"classify"`` (a :class:`Classify` head: logits (B, nc)),
-        ``"segment"`` (a :class:`Segment` head), ``"detect"`` (any other :class:`Detect` head), else
+        ``"segment"`` (a :class:`Segment` head), ``"detect"`` (any other :class:`Detect` head),
+        ``"rtdetr"`` (an :class:`RTDETRDecoder` head: queries, not a Detect's dense maps), else
         ``"features"`` (rows without a head: the last row's map)."""
         head = self.model[-1]
         if isinstance(head, Classify):
             return "classify"
+        if isinstance(head, RTDETRDecoder):
+            return "rtdetr"
         if isinstance(head, Segment):
             return "segment"
         return "detect" if isinstance(head, Detect) else "features"
@@ -102,8 +116,13 @@ class DetectionModel(nn.Module):
             outputs.append(self.model[i](ins if self.multi[i] else ins[0]))
         return outputs
 
-    def forward(self, x: torch.Tensor) -> Any:
-        return self.forward_rows(x)[-1]
+    def forward(self, x: torch.Tensor, targets: dict[str, Any] | None = None) -> Any:
+        head = self.model[-1]
+        if not isinstance(head, RTDETRDecoder):
+            return self.forward_rows(x)[-1]
+        maps = self.forward_rows(x, len(self.model) - 1)
+        out = head([x if j == -1 else maps[j] for j in self.inputs[-1]], targets)
+        return out if self.training else head.as_rows(out, x.shape[-2:])  # (B, 4 + nc, nq)
 
 
 def _substitute(value: Any, spec: DetectorSpec) -> Any:
@@ -285,6 +304,36 @@ def _torchvision_args(row: Row, args: list[Any], c1: int, label: str
     return list(args[1:]), {"in_channels": c1}, args[0]
 
 
+def _hgnet_args(row: Row, args: list[Any], c1: int, n: int, label: str) -> tuple[list[Any], int]:
+    """An HGStem / HGBlock row's ``[cm, c2, *rest]`` (unscaled) -> ``[c1, cm, c2, *rest]``, an HGBlock's
+    repeats inserted at position 4 (after ``k``), exactly where ultralytics' parser puts them."""
+    head = args[:2]
+    if (len(head) < 2 or not all(isinstance(a, int) and not isinstance(a, bool) and 1 <= a <= MAX_CHANNELS
+                                 for a in head) or len(args) > 5):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [mid channels, out channels"
+                          f"{', k, light, shortcut' if row.module == 'HGBlock' else ''}], e.g. [48, 128"
+                          f"{', 3' if row.module == 'HGBlock' else ''}]; got {row.args!r}")
+    out = [c1, *args]
+    if row.module == "HGBlock":
+        out.insert(4, n)
+    return out, args[1]
+
+
+def _decoder_args(row: Row, args: list[Any], ch_in: list[Any], last: bool, label: str) -> list[Any]:
+    """An RTDETRDecoder row's ``[nc, hd, nq, ...]`` -> ``[nc, [input channels], hd, nq, ...]``; the head
+    ends the network."""
+    if not last:
+        raise ConfigError(f"{label}: row {row.index} ({row.module}): the decoder gives boxes and scores, not a map, "
+                          "so it must be the last row; move it to the end of 'head'")
+    if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or len(args) > 14:
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc] (or [nc, hd, nq, ndp, nh, "
+                          f"ndl, ...]), got {row.args!r}")
+    if len(args) > 2 and (not isinstance(args[2], int) or isinstance(args[2], bool) or args[2] < 1):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module}'s query count nq={args[2]!r} must "
+                          "be 1 or more (300 in RT-DETR)")
+    return [args[0], list(ch_in), *args[1:]]
+
+
 def _construct(row: Row, factory: Any, args: list[Any], kwargs: dict[str, Any], label: str) -> nn.Module:
     try:
         return factory(*args, **kwargs)
@@ -370,9 +419,18 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             args, c2 = _resnet_args(row, args, c1, label)
         elif spec_m.kind == "torchvision":
             args, kwargs, c2 = _torchvision_args(row, args, c1, label)
+        elif spec_m.kind == "hgnet":
+            args, c2 = _hgnet_args(row, args, c1, n, label)
+            n = 1
+        elif spec_m.kind == "encoder":
+            args = [c1, *args]
+            c2 = c1
+        elif spec_m.kind == "rtdetr":
+            args = _decoder_args(row, args, ch_in, row.index == len(spec.rows) - 1, label)
+            c2 = 0
         else:
             c2 = c1
-        if spec_m.kind in ("backbone", "index", "classify", "resnet", "torchvision") and row.repeats != 1:
+        if spec_m.kind in ("backbone", "index", "classify", "resnet", "torchvision", "rtdetr") and row.repeats != 1:
             raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
         if spec_m.kind == "attention" and identity_start:
@@ -413,9 +471,11 @@ def _classifier_norms(model: nn.Module) -> None:
 
 
 def _probe_strides(model: DetectionModel, label: str) -> None:
-    """Find Detect's strides from the map sizes of a zero image's forward (inputs of the last row)."""
+    """Find the head's strides from the map sizes of a zero image's forward (inputs of the last row):
+    Detect's (its ``stride`` buffer, then its biases), or RTDETRDecoder's (a plain list; the decoder itself
+    needs none: its anchors follow the map sizes)."""
     head = model.model[-1]
-    if not isinstance(head, Detect):
+    if not isinstance(head, (Detect, RTDETRDecoder)):
         return
     first = next(model.parameters())
     x = torch.zeros(1, model.in_channels, PROBE_SIZE, PROBE_SIZE, device=first.device, dtype=first.dtype)
@@ -430,6 +490,9 @@ def _probe_strides(model: DetectionModel, label: str) -> None:
     finally:
         model.train(was_training)
     strides = [PROBE_SIZE / outs[j].shape[-2] for j in model.inputs[-1]]
+    if isinstance(head, RTDETRDecoder):
+        head.stride = model.stride = strides
+        return
     head.stride.copy_(torch.tensor(strides, device=head.stride.device))
     model.stride = strides
     if first.device.type != "meta":

@@ -28,6 +28,11 @@ these classes. Kinds:
   ``c1`` must equal the input's channels; output channels ``c2`` (stem) or ``e * c2`` (a stage).
 - ``torchvision``: ultralytics' TorchVision ``[c2, model, weights, unwrap, truncate]``: a torchvision
   ResNet as one row (:mod:`~vision_attn.models.yolo.torchvision_row`); ``c2`` is checked.
+- ``hgnet``: HGStem / HGBlock ``[cm, c2, *rest]`` as written (not scaled, as in ultralytics); the module
+  receives ``[c_in, cm, c2, *rest]``, an HGBlock also its row's repeats inserted at position 4 (its
+  convolution count; the row is built once); output channels ``c2``.
+- ``encoder``: AIFI ``[c_ffn, heads, ...]``: the module receives ``[c_in, *args]``; output channels = input's.
+- ``rtdetr``: RTDETRDecoder ``[nc, hd, nq, ...]``, the last row: receives ``[nc, [input channels], hd, nq, ...]``.
 """
 from __future__ import annotations
 
@@ -46,8 +51,11 @@ from vision_attn.models.yolo.conv import Conv, DWConv
 from vision_attn.models.yolo.detect import Detect, V10Detect
 from vision_attn.models.yolo.elan import ELAN1, SPPELAN, AConv, ADown, RepNCSPELAN4
 from vision_attn.models.yolo.ghost import C3Ghost, GhostBottleneck, GhostConv
+from vision_attn.models.yolo.hgnet import HGBlock, HGStem
 from vision_attn.models.yolo.psa import C2PSA, PSA
 from vision_attn.models.yolo.resnet_rows import ResNetLayer
+from vision_attn.models.yolo.rtdetr import AIFI, RepC3
+from vision_attn.models.yolo.rtdetr_decoder import RTDETRDecoder
 from vision_attn.models.yolo.torchvision_row import TorchVision
 from vision_attn.models.yolo.segment import Segment, Segment26
 from vision_attn.models.yolo.swin import MapSwin
@@ -63,7 +71,7 @@ class ModuleSpec:
 
     factory: Callable[..., nn.Module]
     kind: str  # conv | concat | detect | classify | resnet | torchvision | attention | plain | split | fuse
-    # | backbone | index
+    # | backbone | index | hgnet | encoder | rtdetr
     repeat: bool = False  # the row's repeats go into the module (third argument)
     head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
     segment: bool = False  # a detect row of a segmentation head: args [nc, nm, npr]
@@ -104,6 +112,12 @@ MODULES: dict[str, ModuleSpec] = {
     "TorchVision": ModuleSpec(TorchVision, "torchvision"),
     "Segment": ModuleSpec(Segment, "detect", segment=True),
     "Segment26": ModuleSpec(Segment26, "detect", segment=True),
+    # RT-DETR: PP-HGNetV2 backbone rows, the AIFI encoder layer, RepC3, the decoder head
+    "HGStem": ModuleSpec(HGStem, "hgnet"),
+    "HGBlock": ModuleSpec(HGBlock, "hgnet", repeat=True),
+    "AIFI": ModuleSpec(AIFI, "encoder"),
+    "RepC3": ModuleSpec(RepC3, "conv", repeat=True),
+    "RTDETRDecoder": ModuleSpec(RTDETRDecoder, "rtdetr"),
     "nn.Upsample": ModuleSpec(nn.Upsample, "plain"),
     "Upsample": ModuleSpec(nn.Upsample, "plain"),
     "nn.MaxPool2d": ModuleSpec(nn.MaxPool2d, "plain"),

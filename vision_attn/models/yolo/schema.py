@@ -26,7 +26,7 @@ TOP_LEVEL_KEYS = ("nc", "scales", "depth_multiple", "width_multiple", "max_chann
 
 NAMES = ("nc",)
 
-MULTI_INPUT_KINDS = ("concat", "fuse", "detect")
+MULTI_INPUT_KINDS = ("concat", "fuse", "detect", "rtdetr")
 """Module kinds whose row takes a list of inputs."""
 
 MAX_REPEATS = 64

@@ -1,7 +1,10 @@
 """The detection LightningModule: a YOLO-style detector built from a YAML, trained with the YOLOv8 loss,
 or, when its head is end to end (YOLO26's ``end2end: True`` Detect, YOLOv10's ``v10Detect``), with
 :class:`~vision_attn.losses.EndToEndLoss` (one-to-many and one-to-one branches, the branch weights moved
-to the current epoch at the start of each) and NMS-free validation (top-k over the one-to-one branch).
+to the current epoch at the start of each) and NMS-free validation (top-k over the one-to-one branch);
+an RT-DETR head (:class:`~vision_attn.models.yolo.rtdetr_decoder.RTDETRDecoder`) with
+:class:`~vision_attn.losses.RTDETRLoss` (Hungarian matching; its denoising queries made from each batch's
+boxes), the loss a mean over the batch's matches (not summed over images), and NMS-free validation.
 
 Training: SGD (Nesterov momentum) or AdamW over three parameter groups (weights with decay; norm
 weights and biases without), the YOLO warmup (biases from a high rate, momentum ramp) and a linear or
@@ -31,7 +34,7 @@ from torch import nn
 from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
-from vision_attn.losses import DetectionLoss, EndToEndLoss
+from vision_attn.losses import DetectionLoss, EndToEndLoss, RTDETRLoss, detr_targets
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.files import read_model_yaml
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
@@ -52,17 +55,25 @@ def load_detector_yaml(yaml: str) -> str:
     return read_model_yaml(yaml)
 
 
-def detector_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def detector_param_groups(model: nn.Module, weight_decay: float, backbone_lr_scale: float = 1.0
+                          ) -> list[dict[str, Any]]:
     """Three groups as YOLOv8: ``weight`` (conv and linear kernels, with decay), ``norm`` (norm weights,
-    no decay), ``bias`` (all biases, no decay; they get the warmup's high starting rate)."""
-    groups = {k: {"params": [], "kind": k, "weight_decay": weight_decay if k == "weight" else 0.0}
-              for k in ("weight", "norm", "bias")}
+    no decay), ``bias`` (all biases, no decay; they get the warmup's high starting rate). With
+    ``backbone_lr_scale`` other than 1, each group is split in two, the rows of the YAML's ``backbone``
+    section getting ``lr_scale`` = ``backbone_lr_scale`` (the schedule's rate times it; RT-DETR's recipe)."""
+    rows = len((getattr(model, "yaml", None) or {}).get("backbone") or []) if backbone_lr_scale != 1 else 0
+    groups: dict[tuple[str, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         kind = "bias" if name.endswith(".bias") else ("weight" if p.ndim > 1 else "norm")
-        groups[kind]["params"].append(p)
-    return [g for g in groups.values() if g["params"]]
+        parts = name.split(".")
+        backbone = rows > 0 and parts[0] == "model" and parts[1].isdigit() and int(parts[1]) < rows
+        group = groups.setdefault((kind, backbone), {"params": [], "kind": kind,
+                                                     "weight_decay": weight_decay if kind == "weight" else 0.0,
+                                                     **({"lr_scale": backbone_lr_scale} if backbone else {})})
+        group["params"].append(p)
+    return [groups[k] for k in sorted(groups, key=lambda k: (("weight", "norm", "bias").index(k[0]), k[1]))]
 
 
 class DetectionModule(pl.LightningModule):
@@ -85,7 +96,9 @@ class DetectionModule(pl.LightningModule):
             warmup_momentum: momentum at the start; warmup_bias_lr: the biases' starting rate
             (None: 0.1 for SGD, 0 for AdamW).
         box_gain, cls_gain, dfl_gain: weights of the loss terms (``dfl_gain``: of the L1 distance term for a
-            ``reg_max`` 1 head).
+            ``reg_max`` 1 head); an RT-DETR head's loss has its own (class 1, L1 5, GIoU 2).
+        backbone_lr_scale: the rows of the YAML's ``backbone`` section train at this fraction of the rate
+            (RT-DETR's recipe: 0.1); 1: one rate for all.
         e2e_weights: an end-to-end head's branch weights: ``yolo26`` (ultralytics' ``E2ELoss``, which its
             trainer uses for YOLO26 and YOLOv10: one-to-many 0.8 -> 0.1 over the epochs, one-to-one top-7
             then 1) or ``yolov10`` (the YOLOv10 paper's, ``E2EDetectLoss``: both 1, one-to-one top-1).
@@ -120,6 +133,7 @@ class DetectionModule(pl.LightningModule):
         cls_gain: float = 0.5,
         dfl_gain: float = 1.5,
         e2e_weights: Literal["yolo26", "yolov10"] = "yolo26",
+        backbone_lr_scale: float = 1.0,
         ema_decay: float | None = 0.9999,
         ema_tau: float = 2000.0,
         close_mosaic: int = 10,
@@ -138,6 +152,8 @@ class DetectionModule(pl.LightningModule):
                               f"give lr > 0, 0 < lrf <= 1 and the others >= 0")
         if not 0 <= momentum < 1 or not 0 <= warmup_momentum < 1:
             raise ConfigError(f"model.momentum={momentum}, warmup_momentum={warmup_momentum}: give values in [0, 1)")
+        if not 0 < backbone_lr_scale <= 1:
+            raise ConfigError(f"model.backbone_lr_scale={backbone_lr_scale}: give a fraction in (0, 1] of the rate")
         if ema_decay is not None and not 0 < ema_decay < 1:
             raise ConfigError(f"model.ema_decay={ema_decay}: give a value in (0, 1) (e.g. 0.9999), or null")
         if not 0 <= conf < 1 or not 0 < iou <= 1 or max_det < 1:
@@ -156,6 +172,8 @@ class DetectionModule(pl.LightningModule):
         if len(self.class_names) != num_classes:
             raise ConfigError(f"{len(self.class_names)} class names for {num_classes} classes")
         self.criterion = self.build_criterion(e2e_weights, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
+        if isinstance(self.criterion, RTDETRLoss):
+            self.loss_parts = ("cls", "l1", "giou", "aux", "dn")
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
@@ -180,7 +198,10 @@ class DetectionModule(pl.LightningModule):
     """The parts of the criterion's result logged as ``train/PART``."""
 
     def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
-        """The loss of :attr:`model`: the YOLOv8 loss, or the end-to-end one for a head with a one-to-one branch."""
+        """The loss of :attr:`model`: the YOLOv8 loss, the end-to-end one for a head with a one-to-one branch,
+        or RT-DETR's set loss for its decoder."""
+        if self.model.task == "rtdetr":
+            return RTDETRLoss()
         if self.model.task != "detect":
             raise ConfigError(f"model.yaml={self.yaml_source}: its last row is {type(self.model.model[-1]).__name__}, "
                               f"a {self.model.task} head; train det takes a detector YAML (yolov8n.yaml, ...)"
@@ -191,7 +212,17 @@ class DetectionModule(pl.LightningModule):
 
     def compute_loss(self, preds: Any, batch: dict[str, Any]) -> Any:
         """The criterion on the network's training output and a batch's targets."""
+        if isinstance(self.criterion, RTDETRLoss):
+            return self.criterion(preds, batch["boxes"], batch["labels"], input_size=batch["images"].shape[-2:])
         return self.criterion(preds, batch["boxes"], batch["labels"])
+
+    def train_output(self, x: torch.Tensor, batch: dict[str, Any]) -> Any:
+        """The network's training output for the images ``x`` of ``batch``: an RT-DETR decoder also gets
+        the batch's boxes, from which it makes its denoising queries (torch's random stream, which a
+        resumed run restores)."""
+        if isinstance(self.criterion, RTDETRLoss):
+            return self.model(x, detr_targets(batch["boxes"], batch["labels"], x.shape[-2:], device=x.device))
+        return self.model(x)
 
     # ---------------------------------------------------------------- network
     def eval_model(self) -> nn.Module:
@@ -238,12 +269,14 @@ class DetectionModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         x = self._layout(batch["images"])
-        parts = self.compute_loss(self.model(x), batch)
+        parts = self.compute_loss(self.train_output(x, batch), batch)
         n = x.shape[0]
         stop_if_not_finite(self, parts.total, batch_idx, clip="10")
         self.log("train/loss", parts.total.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
         for key in self.loss_parts:
             self.log(f"train/{key}", getattr(parts, key), on_step=False, on_epoch=True, batch_size=n)
+        if isinstance(self.criterion, RTDETRLoss):
+            return parts.total  # a mean over the matched boxes, as RT-DETR
         return parts.total * n  # summed over the images, as YOLOv8
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -341,7 +374,7 @@ class DetectionModule(pl.LightningModule):
     # ---------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        groups = detector_param_groups(self.model, hp.weight_decay)
+        groups = detector_param_groups(self.model, hp.weight_decay, hp.backbone_lr_scale)
         clips = lightning_clips_under_autocast(self.trainer)
         if hp.optimizer == "sgd":
             optimizer = build_optimizer("sgd", groups, clips_under_autocast=clips, lr=hp.lr, momentum=hp.momentum,

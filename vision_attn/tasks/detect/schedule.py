@@ -3,8 +3,9 @@
 Warmup over ``max(warmup_epochs * steps_per_epoch, min_warmup_steps)`` steps: biases fall from
 ``warmup_bias_lr`` and the other groups rise from 0 to the scheduled rate, while the momentum (SGD's,
 AdamW's beta1) rises from ``warmup_momentum``. The scheduled rate decays over the whole run from ``lr``
-to ``lr * lrf``, linearly or along a half cosine. It depends only on the step, so a resumed run
-continues where it stopped.
+to ``lr * lrf``, linearly or along a half cosine. A group's ``lr_scale`` (e.g. a backbone's lower
+rate) multiplies its rate throughout. It depends only on the step, so a resumed run continues where it
+stopped.
 """
 from __future__ import annotations
 
@@ -51,11 +52,11 @@ class WarmupDecay:
         rate = self.lr
         for group in optimizer.param_groups:
             lr, momentum = self.values(step, group.get("kind") == "bias")
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
             if "betas" in group:
                 group["betas"] = (momentum, group["betas"][1])
             elif "momentum" in group:
                 group["momentum"] = momentum
-            if group.get("kind") == "weight":
+            if group.get("kind") == "weight" and "lr_scale" not in group:
                 rate = lr
         return rate

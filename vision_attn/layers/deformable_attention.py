@@ -1,0 +1,324 @@
+"""Multi-scale deformable attention (Deformable DETR; the cross-attention of RT-DETR's decoder).
+
+Each query attends to a handful of points instead of every token: for each head, level and point a
+linear layer of the query predicts a sampling offset around the query's reference point (or box) and
+a weight; the softmax of the weights over the levels x points of a head mixes the values bilinearly
+sampled at those locations from the flattened multi-scale feature map. Cost is linear in the number
+of queries and independent of the feature map's size (only the value projection touches every token).
+
+:func:`multi_scale_deformable_attn` is the sampling and weighted sum: the semantics of ultralytics'
+``multi_scale_deformable_attn_pytorch`` (``F.grid_sample``, bilinear, zero padding,
+``align_corners=False``, locations in [0, 1]) computed as one ``embedding_bag``: every (query, head)
+is a bag of levels x points x 4 corners rows of the value table (B * S * heads, d), each row weighted
+by its bilinear weight times the point's attention weight. The value is read where the projection
+wrote it (no per-level transpose, no sampled (B * heads, d, Q, L * P) tensor, no final transpose).
+Its backward is written out (:class:`_DeformableSampling`): the weights' gradient as a sampled matrix
+product over the bags' rows, the value's gradient as the transposed bag (rows sorted by table row). Under
+graph capture (ONNX export, tracing, ``torch.compile``) and for second derivatives the same corners
+and weights feed a gather and a matrix product of standard ops.
+
+:class:`MultiScaleDeformableAttention` is ultralytics' ``MSDeformAttn``: the same arguments, parameter
+names, shapes and initialisation, so its state dict loads as it is.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence, Union
+
+import torch
+from torch import nn
+
+from vision_attn.errors import ConfigError, DataError
+from vision_attn.kernels import FusedLinear, capturing_graph
+
+__all__ = ["MultiScaleDeformableAttention", "multi_scale_deformable_attn", "sampling_locations"]
+
+LevelShapes = Union[Sequence[Sequence[int]], torch.Tensor]
+_SUM = 0  # embedding_bag's mode "sum"
+
+
+def _levels(value_shapes: LevelShapes, tokens: int) -> list[tuple[int, int]]:
+    """The (H, W) of each level as ints, checked against the value's token count."""
+    shapes = value_shapes.tolist() if isinstance(value_shapes, torch.Tensor) else value_shapes
+    try:
+        levels = [(int(h), int(w)) for h, w in shapes]
+    except (TypeError, ValueError):
+        raise DataError(f"deformable attention: value_shapes {shapes!r} must be (H, W) pairs, one per level") from None
+    if not levels or any(h < 1 or w < 1 for h, w in levels):
+        raise DataError(f"deformable attention: value_shapes {levels} must be positive (H, W) pairs, one per level")
+    if sum(h * w for h, w in levels) != tokens:
+        raise DataError(f"deformable attention: value_shapes {levels} hold {sum(h * w for h, w in levels)} tokens "
+                        f"but the value has {tokens}: pass the (H, W) of every level flattened into the value")
+    return levels
+
+
+def _corners(locations: torch.Tensor, attention: torch.Tensor, levels: list[tuple[int, int]], tokens: int,
+             queries: int, heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The four bilinear neighbours of every sampling location: their table rows and weights.
+
+    ``locations`` (N, L, P, 2) as (x, y) in [0, 1] and ``attention`` (N, L, P), N = B * Q * heads in
+    (b, q, head) order. The work runs with the (x, y) and neighbour axes in front, so every
+    element-wise step has the long (N, P) axes innermost. Returns ``rows`` (N, K), K = 2 * 2 * L * P
+    in (y neighbour, x neighbour, level, point) order: the neighbours' rows of the value table
+    (B * S * heads, d), clamped into the level (an outside neighbour has weight 0), int32 where the
+    table allows; ``weights`` (N, K): the neighbour's bilinear weight times the point's attention
+    weight; ``w`` (2 (x, y), 2 neighbours, L, N, P): the 1-D weights, zero outside the level;
+    ``inside`` (2, 2, L, N, P) bool: which 1-D neighbours lie inside; ``size`` (2, L, 1, 1): (W, H)
+    of each level. Differentiable in ``locations`` and ``attention``.
+    """
+    device, dtype = locations.device, locations.dtype
+    n, n_levels, points = locations.shape[:3]
+    index = torch.int32 if n // max(queries, 1) * tokens < 2 ** 31 else torch.int64  # table rows: B * S * heads
+    starts = [0]
+    for h, w in levels[:-1]:
+        starts.append(starts[-1] + h * w)
+    wh = [[w for _, w in levels], [h for h, _ in levels]]  # (2, L)
+    size = torch.tensor(wh, dtype=dtype, device=device)[..., None, None]  # (2, L, 1, 1)
+    last = torch.tensor(wh, dtype=index, device=device)[..., None, None] - 1  # (2, L, 1, 1): last column, row
+    # a row of the table is (b * S + s) * heads + head, with s = start + y * W + x
+    stride = torch.tensor([[heads] * n_levels, [w * heads for _, w in levels]], dtype=index,
+                          device=device)[..., None, None]  # (2, L, 1, 1)
+    start = torch.tensor(starts, dtype=index, device=device)[:, None, None] * heads  # (L, 1, 1)
+    bag = torch.arange(n, dtype=index, device=device)
+    base = (bag // (queries * heads)) * (tokens * heads) + bag % heads  # (N,)
+
+    pixel = locations.permute(3, 1, 0, 2).contiguous() * size - 0.5  # (2, L, N, P): align_corners=False
+    floor = pixel.floor()
+    frac = pixel - floor
+    first = floor.to(index)
+    inside = torch.stack([(first >= 0) & (first <= last), (first >= -1) & (first < last)], 1)  # (2, 2, L, N, P)
+    w = torch.stack([1 - frac, frac], 1) * inside  # (2 (x, y), 2 neighbours, L, N, P)
+    near = torch.stack([first.clamp(min=0).minimum(last), (first + 1).clamp(min=0).minimum(last)], 1)
+    offset = near * stride[:, None]  # (2, 2, L, N, P): steps in table rows
+    rows = offset[1][:, None] + (offset[0] + (start + base[:, None]))[None]  # (2 y, 2 x, L, N, P)
+    weights = w[1][:, None] * w[0][None] * attention.permute(1, 0, 2)  # (2, 2, L, N, P)
+    k = 4 * n_levels * points  # (-1: the batch stays dynamic in a traced graph)
+    rows = rows.permute(3, 0, 1, 2, 4).reshape(-1, k)  # (N, K): each bag's rows together
+    weights = weights.permute(3, 0, 1, 2, 4).reshape(-1, k)
+    return rows, weights, w, inside, size
+
+
+def _offsets(count: int, size: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(0, count * size, size, dtype=like.dtype, device=like.device)
+
+
+def _weight_grad(grad: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """d out / d weights: (N, K), the dot product of each bag's output gradient (N, d) with each of its
+    rows of the table (R, d). On the CPU a sampled matrix product over the bags' sparsity pattern (4x
+    faster than embedding_bag's own per-weight backward there)."""
+    n, k = rows.shape
+    # The pattern's rows hold repeated and unsorted columns, which CSR's invariants exclude but the CPU
+    # kernel computes entry by entry (the tests compare these gradients with ultralytics'); it needs no
+    # more entries than the dense (N, R) shape holds.
+    if table.device.type == "cpu" and table.dtype in (torch.float32, torch.float64) and k <= table.shape[0]:
+        with warnings.catch_warnings():  # "sparse CSR tensor support is in beta state"
+            warnings.simplefilter("ignore", UserWarning)
+            pattern = torch.sparse_csr_tensor(_offsets(n + 1, k, rows), rows.reshape(-1),
+                                              torch.ones(n * k, dtype=grad.dtype), size=(n, table.shape[0]),
+                                              check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, grad, table.t(), beta=0.0).values().view(n, k)
+    return torch.ops.aten._embedding_bag_per_sample_weights_backward(
+        grad, table, rows.reshape(-1), _offsets(n, k, rows), _offsets(n, 1, rows).repeat_interleave(k),
+        _SUM, -1).view(n, k)
+
+
+class _DeformableSampling(torch.autograd.Function):
+    """The weighted sum of table rows as one ``embedding_bag`` with its backward written out.
+
+    Inputs: ``table`` (R, d) the value, ``locations`` (N, L, P, 2), ``attention`` (N, L, P); output
+    (N, d). The forward keeps the neighbours' rows and weights. The gradients of the locations and
+    attention weights come from the gradient of each row's weight (one dot product per row), the
+    table's from the transposed bag: every table row is a bag of the output gradients that read it.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, table: torch.Tensor, locations: torch.Tensor, attention: torch.Tensor,
+                levels: list[tuple[int, int]], tokens: int, queries: int, heads: int) -> torch.Tensor:
+        rows, weights, w, inside, size = _corners(locations, attention, levels, tokens, queries, heads)
+        n, k = rows.shape
+        out = torch.ops.aten._embedding_bag(table, rows.reshape(-1), _offsets(n, k, rows), False, _SUM, False,
+                                            weights.reshape(-1), False, -1)[0]  # (N, d)
+        ctx.save_for_backward(table, locations, attention, rows, weights, w, inside)
+        ctx.size, ctx.args = size, (levels, tokens, queries, heads)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        table, locations, attention, rows, weights, w, inside = ctx.saved_tensors
+        need_table, need_loc, need_attn = ctx.needs_input_grad[:3]
+        nones = (None, None, None, None)
+        if torch.is_grad_enabled():  # create_graph: standard ops, which autograd can differentiate again
+            inputs = [t for t, need in ((table, need_table), (locations, need_loc), (attention, need_attn)) if need]
+            out = _sample_standard(table, locations, attention, *ctx.args)
+            grads = iter(torch.autograd.grad(out, inputs, grad, create_graph=True))
+            return (next(grads) if need_table else None, next(grads) if need_loc else None,
+                    next(grads) if need_attn else None, *nones)
+        n, k = rows.shape
+        grad = grad.contiguous()  # (N, d)
+        grad_table = grad_loc = grad_attn = None
+        if need_table:  # the transposed bag: each table row sums weight * grad over the samples that read it
+            flat = rows.reshape(-1)
+            order = flat.sort(stable=True).indices  # a radix sort
+            counts = torch.bincount(flat, minlength=table.shape[0])
+            bag_weights = weights.reshape(-1).index_select(0, order)
+            grad_table = torch.ops.aten._embedding_bag(grad, order // k, counts.cumsum(0) - counts, False, _SUM,
+                                                       False, bag_weights, False, -1)[0]  # (R, d)
+        if need_loc or need_attn:
+            levels, points = attention.shape[1:]
+            grad_w = _weight_grad(grad, table, rows).view(n, 2, 2, levels, points).permute(1, 2, 3, 0, 4)
+            grad_w = grad_w.contiguous()  # (2 y, 2 x, L, N, P)
+            wx, wy = w[0], w[1]  # (2, L, N, P) each
+            if need_attn:
+                grad_attn = (grad_w * (wy[:, None] * wx[None])).sum((0, 1)).permute(1, 0, 2)  # (N, L, P)
+            if need_loc:
+                g = grad_w * attention.permute(1, 0, 2)
+                slope = inside * torch.tensor([-1.0, 1.0], dtype=g.dtype, device=g.device)[:, None, None, None]
+                grad_x = ((g * wy[:, None]).sum(0) * slope[0]).sum(0)  # (L, N, P): d w / d frac
+                grad_y = ((g * wx[None]).sum(1) * slope[1]).sum(0)
+                grad_loc = (torch.stack([grad_x, grad_y]) * ctx.size).permute(2, 1, 3, 0)  # (N, L, P, 2)
+        return grad_table, grad_loc, grad_attn, *nones
+
+
+def _sample_standard(table: torch.Tensor, locations: torch.Tensor, attention: torch.Tensor,
+                     levels: list[tuple[int, int]], tokens: int, queries: int, heads: int) -> torch.Tensor:
+    """The same sum from standard ops (a gather, then a matrix product): what a captured graph holds."""
+    rows, weights, _, _, _ = _corners(locations, attention, levels, tokens, queries, heads)
+    picked = table[rows.long()]  # (N, K, d); ONNX's GatherND takes int64 indices only
+    return torch.matmul(weights[:, None, :], picked).squeeze(1)  # (N, d)
+
+
+def multi_scale_deformable_attn(value: torch.Tensor, value_shapes: LevelShapes, sampling_locations: torch.Tensor,
+                                attention_weights: torch.Tensor) -> torch.Tensor:
+    """Bilinear samples of every level's value at the given locations, summed with the attention weights.
+
+    ``value`` (B, S, heads, d): the levels' (H_l, W_l) maps flattened row-major and concatenated, S =
+    sum H_l * W_l; ``value_shapes`` the (H_l, W_l), a list or an (L, 2) tensor;
+    ``sampling_locations`` (B, Q, heads, L, P, 2) as (x, y) in [0, 1] (outside reads zeros), or
+    (B, Q, heads, L * P, 2) as ultralytics folds it; ``attention_weights`` (B, Q, heads, L, P) or
+    (B, Q, heads, L * P). Returns (B, Q, heads * d). Equals ultralytics'
+    ``multi_scale_deformable_attn_pytorch`` (``grid_sample``, bilinear, zero padding,
+    ``align_corners=False``), gradients included.
+    """
+    if value.dim() != 4:
+        raise DataError(f"deformable attention: value of shape {tuple(value.shape)} must be (B, S, heads, d)")
+    batch, tokens, heads, dim = value.shape
+    levels = _levels(value_shapes, tokens)
+    n_levels = len(levels)
+    loc_shape, attn_shape = tuple(sampling_locations.shape), tuple(attention_weights.shape)
+    if sampling_locations.dim() == 5 and loc_shape[-1] == 2 and loc_shape[3] % n_levels == 0:
+        points = loc_shape[3] // n_levels
+    elif sampling_locations.dim() == 6 and loc_shape[-1] == 2 and loc_shape[3] == n_levels:
+        points = loc_shape[4]
+    else:
+        raise DataError(f"deformable attention: sampling_locations of shape {loc_shape} must be "
+                        f"(B, Q, heads, {n_levels}, points, 2) or (B, Q, heads, {n_levels} * points, 2)")
+    queries = loc_shape[1]
+    if loc_shape[0] != batch or loc_shape[2] != heads:
+        raise DataError(f"deformable attention: sampling_locations {loc_shape} do not fit the value "
+                        f"{tuple(value.shape)}: batch and heads must be equal")
+    if attention_weights.numel() != batch * queries * heads * n_levels * points or attn_shape[:3] != loc_shape[:3]:
+        raise DataError(f"deformable attention: attention_weights of shape {attn_shape} must be "
+                        f"({batch}, {queries}, {heads}, {n_levels}, {points}) to match the sampling locations")
+    # one dtype for the three (bf16 autocast leaves the value in bfloat16, the softmax's weights in float32:
+    # computed in float32, as autocast runs grid_sample)
+    dtype = torch.promote_types(torch.promote_types(value.dtype, sampling_locations.dtype), attention_weights.dtype)
+    value, sampling_locations, attention_weights = (t.to(dtype) for t in (value, sampling_locations, attention_weights))
+    # -1 for the batch: a traced graph (ONNX) keeps it dynamic
+    table = value.reshape(-1, dim)  # (B * S * heads, d): a view of a contiguous value
+    locations = sampling_locations.reshape(-1, n_levels, points, 2)  # (N, L, P, 2), N = B * Q * heads
+    attention = attention_weights.reshape(-1, n_levels, points)  # (N, L, P)
+    if capturing_graph():
+        out = _sample_standard(table, locations, attention, levels, tokens, queries, heads)
+    else:
+        out = _DeformableSampling.apply(table, locations, attention, levels, tokens, queries, heads)
+    return out.view(-1, queries, heads * dim)  # (B, Q, heads * d)
+
+
+def sampling_locations(refer_bbox: torch.Tensor, offsets: torch.Tensor, value_shapes: LevelShapes) -> torch.Tensor:
+    """Where each head samples: reference points moved by ``offsets``, as ultralytics' ``MSDeformAttn``.
+
+    ``refer_bbox`` (B, Q, 1 or L, 2) points (x, y), offsets in pixels of each level; or (B, Q, 1 or L,
+    4) boxes (cx, cy, w, h), offsets in units of the box: ``offset / points * wh / 2``. ``offsets``
+    (B, Q, heads, L, P, 2). Returns (B, Q, heads, L, P, 2).
+    """
+    coords = refer_bbox.shape[-1]
+    if refer_bbox.dim() != 4 or coords not in (2, 4):
+        raise DataError(f"deformable attention: refer_bbox of shape {tuple(refer_bbox.shape)} must be "
+                        "(B, Q, 1 or levels, 2) points or (B, Q, 1 or levels, 4) boxes")
+    ref = refer_bbox[:, :, None, :, None, :]  # (B, Q, 1, 1 or L, 1, 2 or 4)
+    if coords == 2:
+        shapes = value_shapes.tolist() if isinstance(value_shapes, torch.Tensor) else value_shapes
+        wh = torch.tensor([[w, h] for h, w in shapes], dtype=offsets.dtype, device=offsets.device)  # (L, 2)
+        return ref + offsets / wh[:, None, :]
+    return ref[..., :2] + offsets / offsets.shape[-2] * ref[..., 2:] * 0.5
+
+
+torch.fx.wrap("multi_scale_deformable_attn")  # torch.fx: leaf calls, as sdpa (they read shapes as ints)
+torch.fx.wrap("sampling_locations")
+
+
+class MultiScaleDeformableAttention(nn.Module):
+    """Ultralytics' ``MSDeformAttn``: queries (B, Q, d_model) attend to ``n_points`` locations per
+    head and level of the value (B, S, d_model) around their reference points or boxes.
+
+    Parameters ``sampling_offsets`` (d_model -> heads * levels * points * 2), ``attention_weights``
+    (d_model -> heads * levels * points), ``value_proj`` and ``output_proj`` (d_model -> d_model), with
+    ultralytics' initialisation: zero offset weights and a bias that puts point i of each head at
+    distance i + 1 along the head's direction (angles 2 pi h / heads, scaled to the unit square's
+    border), uniform attention (zeros), Xavier value and output projections with zero biases.
+    """
+
+    def __init__(self, d_model: int = 256, n_levels: int = 4, n_heads: int = 8, n_points: int = 4) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ConfigError(f"deformable attention: d_model {d_model} is not divisible by n_heads {n_heads}")
+        if min(d_model, n_levels, n_heads, n_points) < 1:
+            raise ConfigError(f"deformable attention: d_model {d_model}, n_levels {n_levels}, n_heads {n_heads} "
+                              f"and n_points {n_points} must all be at least 1")
+        self.d_model, self.n_levels, self.n_heads, self.n_points = d_model, n_levels, n_heads, n_points
+        self.head_dim = d_model // n_heads
+        samples = n_heads * n_levels * n_points
+        self.sampling_offsets = FusedLinear(d_model, samples * 2)
+        self.attention_weights = FusedLinear(d_model, samples)
+        self.value_proj = FusedLinear(d_model, d_model)
+        self.output_proj = FusedLinear(d_model, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Ultralytics' (and Deformable DETR's) initialisation."""
+        angles = torch.arange(self.n_heads, dtype=torch.float32) * (2.0 * math.pi / self.n_heads)
+        direction = torch.stack([angles.cos(), angles.sin()], -1)  # (heads, 2)
+        direction = direction / direction.abs().amax(-1, keepdim=True)  # onto the square's border
+        reach = torch.arange(1, self.n_points + 1, dtype=torch.float32)  # point i at distance i + 1
+        grid = direction[:, None, None, :] * reach[None, None, :, None]  # (heads, 1, P, 2)
+        grid = grid.expand(self.n_heads, self.n_levels, self.n_points, 2)  # (heads, L, P, 2)
+        with torch.no_grad():
+            nn.init.zeros_(self.sampling_offsets.weight)
+            self.sampling_offsets.bias.copy_(grid.reshape(-1))
+            nn.init.zeros_(self.attention_weights.weight)
+            nn.init.zeros_(self.attention_weights.bias)
+            for proj in (self.value_proj, self.output_proj):
+                nn.init.xavier_uniform_(proj.weight)
+                nn.init.zeros_(proj.bias)
+
+    def forward(self, query: torch.Tensor, refer_bbox: torch.Tensor, value: torch.Tensor,
+                value_shapes: LevelShapes, value_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``query`` (B, Q, d_model); ``refer_bbox`` (B, Q, 1 or levels, 2) points or (..., 4) boxes
+        (cx, cy, w, h) in [0, 1]; ``value`` (B, S, d_model), the levels flattened; ``value_shapes`` the
+        levels' (H, W); ``value_mask`` (B, S), True at padding (those values read as zero).
+        Returns (B, Q, d_model)."""
+        value = self.value_proj(value)  # (B, S, D)
+        if value_mask is not None:
+            value = value.masked_fill(value_mask[..., None], 0.0)
+        value = value.unflatten(-1, (self.n_heads, self.head_dim))  # (B, S, heads, d)
+        heads, levels, points = self.n_heads, self.n_levels, self.n_points
+        offsets = self.sampling_offsets(query).unflatten(-1, (heads, levels, points, 2))  # (B, Q, heads, L, P, 2)
+        weights = self.attention_weights(query).unflatten(-1, (heads, levels * points))  # (B, Q, heads, L*P)
+        weights = weights.softmax(-1)  # over the levels and points of a head
+        locations = sampling_locations(refer_bbox, offsets, value_shapes)  # (B, Q, heads, L, P, 2)
+        out = multi_scale_deformable_attn(value, value_shapes, locations, weights.unflatten(-1, (levels, points)))
+        return self.output_proj(out)  # (B, Q, D)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_levels={self.n_levels}, n_heads={self.n_heads}, n_points={self.n_points}"
