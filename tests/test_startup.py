@@ -1,7 +1,9 @@
 """``import vision_attn``, ``vision-attn --help`` and ``vision-attn configs`` load neither torch nor
 Lightning (nor timm, torchvision, numpy, matplotlib, onnx): the public names load on first use and the
-commands import their dependencies inside their functions. Each check runs in a fresh process, since
-this one has torch loaded already; what is loaded is checked, never how long it takes."""
+commands import their dependencies inside their functions. The commands that count a model on the meta
+device (``yaml info``, ``flops``, ``models``) load torch but not its compiler stack (``torch._dynamo``,
+sympy) nor Lightning. Each check runs in a fresh process, since this one has torch loaded already; what
+is loaded is checked, never how long it takes."""
 from __future__ import annotations
 
 import json
@@ -18,15 +20,20 @@ HEAVY = ("torch", "torchvision", "lightning", "lightning_fabric", "pytorch_light
          "onnx")
 """Top-level packages that a command which only parses or lists must not import."""
 
-# What a fresh python runs: sys.argv[1] names the packages to look for (comma-separated); CHECK_CLI
+COMPILER_STACK = ("torch._dynamo", "sympy", "lightning", "lightning_fabric", "pytorch_lightning")
+"""What a command that counts a model on the meta device must not import: torch's compiler stack (which
+torch's Python meta kernels and its dispatch modes import on first use; vision_attn.analysis.meta_shapes)
+and Lightning."""
+
+# What a fresh python runs: sys.argv[1] names the modules to look for (comma-separated); CHECK_CLI
 # runs the command line's main on the rest of sys.argv and prints, as JSON, its exit status, its output
-# and which of those packages are loaded; CHECK_IMPORT only imports vision_attn.
+# and which of those modules are loaded; CHECK_IMPORT only imports vision_attn.
 CHECK_CLI = """
 import contextlib, io, json, sys
 from vision_attn.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     status = main(sys.argv[2:])
-loaded = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))
+loaded = sorted(set(sys.modules) & set(sys.argv[1].split(",")))
 print(json.dumps({"status": status, "out": out.getvalue(), "loaded": loaded}))
 """
 CHECK_IMPORT = """
@@ -44,9 +51,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _fresh(script: str, *argv: str) -> dict:
-    """What a fresh ``python -c script HEAVY argv...`` prints (its last line, JSON)."""
-    proc = subprocess.run([sys.executable, "-c", script, ",".join(HEAVY), *argv], capture_output=True, text=True,
+def _fresh(script: str, *argv: str, modules: tuple[str, ...] = HEAVY) -> dict:
+    """What a fresh ``python -c script MODULES argv...`` prints (its last line, JSON)."""
+    proc = subprocess.run([sys.executable, "-c", script, ",".join(modules), *argv], capture_output=True, text=True,
                           env=_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,6 +74,18 @@ def test_listing_commands_load_no_torch(argv, shown):
     assert result["status"] == 0
     assert shown in result["out"]
     assert result["loaded"] == [], f"vision-attn {' '.join(argv)} imported {result['loaded']}"
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["yaml", "info", "yolov8n.yaml"], "3,157,200 parameters"),
+    (["flops", "vit_tiny_patch16_224", "--img-size", "224"], "5,717,416"),
+    (["models", "deit_*"], "deit_tiny_distilled_patch16_224"),
+])
+def test_counting_commands_load_no_compiler_stack(argv, shown):
+    result = _fresh(CHECK_CLI, *argv, modules=("torch", *COMPILER_STACK))
+    assert result["status"] == 0
+    assert shown in result["out"]
+    assert result["loaded"] == ["torch"], f"vision-attn {' '.join(argv)} imported {result['loaded']}"
 
 
 def test_python_dash_m_help():

@@ -1,21 +1,25 @@
 """Start-up time of the ``vision-attn`` command, measured as a new user meets it: each command in a fresh
-process, N runs, the median and the minimum wall time, printed as a Markdown table.
+process, N runs, the median and the minimum wall time and the median CPU time (user + system seconds of
+the child process, from ``getrusage(RUSAGE_CHILDREN)``: on a shared machine far less sensitive to other
+load than wall time), printed as a Markdown table.
 
     python tools/bench_startup.py                    # the installed entry point beside this python
     python tools/bench_startup.py -n 7
     PYTHONPATH=/other/checkout python tools/bench_startup.py --module   # `python -m vision_attn` instead
 
 ``python -c "import torch"`` is the floor that the commands needing torch are measured against, and
-``python -c "import torch._dynamo"`` the floor of those that count a model's FLOPs: torch imports
-dynamo itself the first time an operation runs under its FLOP counter (``torch.utils.flop_counter``) or
-a meta-device kernel written in Python runs (``torch._refs``, wrapped by ``torch._compile``), and
-torchvision imports it too. Every command's output goes to /dev/null; a command that fails is reported
+``python -c "import torch._dynamo"`` what a command would cost that let torch import its compiler
+stack: torch imports dynamo itself the first time an operation runs under a ``TorchDispatchMode`` (its
+``FlopCounterMode`` included) or a meta-device kernel written in Python runs (``torch._refs``, wrapped
+by ``torch._compile``), and torchvision imports it too; the counting commands avoid all three
+(``vision_attn.analysis.meta_shapes``). Every command's output goes to /dev/null; a command that fails is reported
 (its exit status) rather than timed.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,16 +45,23 @@ def entry_point(module: bool) -> list[str]:
     return [str(script)]
 
 
-def time_runs(argv: list[str], n: int, env: dict[str, str]) -> list[float]:
-    """Wall seconds of ``n`` fresh runs of ``argv`` (output discarded)."""
-    out = []
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_runs(argv: list[str], n: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds of ``n`` fresh runs of ``argv`` (output discarded)."""
+    wall, cpu = [], []
     for _ in range(n):
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu(), time.perf_counter()
         proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        out.append(time.perf_counter() - t0)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(_children_cpu() - c0)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
-    return out
+    return wall, cpu
 
 
 def main() -> int:
@@ -68,10 +79,10 @@ def main() -> int:
     label = "python -m vision_attn" if args.module else "vision-attn"
     for name, argv in COMMANDS:
         rows.append((f"{label} {name}", time_runs(base + argv, args.n, env)))
-    print("| command | median s | min s |")
-    print("|---|---:|---:|")
-    for name, times in rows:
-        print(f"| `{name}` | {statistics.median(times):.2f} | {min(times):.2f} |")
+    print("| command | median s | min s | median CPU s |")
+    print("|---|---:|---:|---:|")
+    for name, (wall, cpu) in rows:
+        print(f"| `{name}` | {statistics.median(wall):.2f} | {min(wall):.2f} | {statistics.median(cpu):.2f} |")
     return 0
 
 

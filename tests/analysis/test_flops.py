@@ -8,8 +8,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import vision_attn
+from tests.peers import import_ultralytics
 from vision_attn.analysis import FUSED_ATTENTION_FORMULAS, count_flops, count_model_flops, flop_counter
+from vision_attn.analysis.flops import SAMPLING_FORMULAS
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.layers import MultiScaleDeformableAttention
 from vision_attn.models import VisionTransformer
 
 aten = torch.ops.aten
@@ -197,3 +200,28 @@ def test_onednn_inference_linear_is_counted_by_flop_counter():
     ops = {str(op) for op in counter.get_flop_counts()["Global"]}
     assert "mkldnn._linear_pointwise" in ops  # the fast path ran (the head is a plain nn.Linear: addmm)
     assert counter.get_total_flops() // 2 == count_flops(model).macs
+
+
+def test_deformable_attention_counts_its_sampling():
+    """The layer's count equals docs/flops.md's formula, on real and meta tensors, and equals
+    ultralytics' MSDeformAttn's (grid_sample, counted by our formula; torch's counter reads it as 0)."""
+    B, Q, D, H, L, P = 2, 30, 64, 4, 3, 2
+    levels = [(8, 6), (4, 3), (2, 2)]
+    S = sum(h * w for h, w in levels)
+    sampling = 4 * B * Q * D * L * P  # 4 neighbours per sampled value and channel
+    formula = B * S * D * D + B * Q * D * (2 * H * L * P) + B * Q * D * (H * L * P) + sampling + B * Q * D * D
+    peer = import_ultralytics("ultralytics.nn.modules.transformer").MSDeformAttn(D, L, H, P)
+    counts = {}
+    for name, device in (("ours", "cpu"), ("ours", "meta"), ("ultralytics", "cpu")):
+        with torch.device(device):
+            layer = MultiScaleDeformableAttention(D, L, H, P) if name == "ours" else peer
+            args = (torch.randn(B, Q, D), torch.rand(B, Q, 1, 4), torch.randn(B, S, D), levels)
+        with torch.no_grad(), flop_counter() as counter:
+            layer(*args)
+        counts[name, device] = counter.get_total_flops() // 2
+    assert counts == {("ours", "cpu"): formula, ("ours", "meta"): formula, ("ultralytics", "cpu"): formula}
+    assert aten.grid_sampler_2d in SAMPLING_FORMULAS
+    assert aten.grid_sampler_2d not in flop_registry, "torch counts it now"
+    with torch.no_grad(), FlopCounterMode(display=False) as plain:
+        peer(*args)
+    assert plain.get_total_flops() // 2 == formula - sampling  # without our formula the sampling is missed

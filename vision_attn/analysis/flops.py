@@ -13,10 +13,13 @@ formulas through ``FlopCounterMode(custom_mapping=...)``, without touching torch
 Counting on the ``meta`` device allocates nothing and runs no arithmetic, so the largest variants cost
 milliseconds. There ``scaled_dot_product_attention`` would decompose into plain matrix products; the
 count routes it to the CPU's fused kernel instead, so the meta count, and the figure a plain counter
-would read (:attr:`FlopReport.macs_without_fused_attention`), equal those of a real CPU run.
+would read (:attr:`FlopReport.macs_without_fused_attention`), equal those of a real CPU run. On meta
+the operations' shapes come from :mod:`vision_attn.analysis.meta_shapes`, which keeps torch's Python
+meta kernels and its counter's own dispatch mode (both import ``torch._dynamo``) out of the count.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -27,6 +30,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from vision_attn.analysis.meta_shapes import count_on_meta, meta_shapes
 from vision_attn.errors import ConfigError
 from vision_attn.kernels import FLOP_FORMULAS as KERNEL_FLOP_FORMULAS
 from vision_attn.kernels import kernel_plan
@@ -34,6 +38,7 @@ from vision_attn.models import create_model
 
 __all__ = [
     "FUSED_ATTENTION_FORMULAS",
+    "SAMPLING_FORMULAS",
     "FlopReport",
     "count_flops",
     "count_model_flops",
@@ -86,13 +91,61 @@ FUSED_ATTENTION_FORMULAS: dict[Any, Callable[..., int]] = {
 torch 2.14's counter leaves at zero. Keys are op packets (``torch.ops.aten.<name>``)."""
 
 
+# Bilinear sampling (F.grid_sample; the deformable attention's embedding_bag). Convention: a sampled
+# value is a weighted sum of its neighbours, one MAC per neighbour and channel (bilinear: 4, bicubic:
+# 16, nearest: a copy, 0); the neighbours' weights are computed once per sampling point for all
+# channels and, like other element-wise work, not counted.
+_GRID_SAMPLE_NEIGHBOURS = {0: 4, 1: 0, 2: 16}  # interpolation_mode: bilinear, nearest, bicubic
+
+
+def _grid_sampler_2d_flop(input_shape, grid_shape, interpolation_mode, *args, out_shape=None, **kwargs) -> int:
+    """``aten.grid_sampler_2d``: (N, C, H_out, W_out) outputs, each the weighted sum of its neighbours."""
+    n, c, h, w = out_shape
+    return 2 * n * c * h * w * _GRID_SAMPLE_NEIGHBOURS.get(int(interpolation_mode), 4)
+
+
+def _grid_sampler_2d_backward_flop(grad_shape, input_shape, grid_shape, interpolation_mode, padding_mode,
+                                   align_corners, output_mask, *args, out_shape=None, **kwargs) -> int:
+    """``aten.grid_sampler_2d_backward``: the input's gradient (each output gradient times each
+    neighbour's weight, accumulated) and the grid's (each channel's gradient times the neighbours'
+    differences), each as many MACs as the forward."""
+    n, c, h, w = grad_shape
+    forward = n * c * h * w * _GRID_SAMPLE_NEIGHBOURS.get(int(interpolation_mode), 4)
+    return 2 * forward * sum(bool(m) for m in output_mask)
+
+
+def _embedding_bag_flop(weight_shape, indices_shape, offsets_shape=None, scale_grad_by_freq=False, mode=0,
+                        sparse=False, per_sample_weights_shape=None, *args, out_shape=None, **kwargs) -> int:
+    """``aten._embedding_bag``: with per-sample weights (mode "sum") one MAC per index and channel;
+    a plain sum, mean or max of rows is element-wise work (like ``aten.sum``), not counted."""
+    if per_sample_weights_shape is None:
+        return 0
+    indices = 1
+    for s in indices_shape:
+        indices *= s
+    return 2 * indices * weight_shape[-1]
+
+
+SAMPLING_FORMULAS: dict[Any, Callable[..., int]] = {
+    aten.grid_sampler_2d: _grid_sampler_2d_flop,
+    aten.grid_sampler_2d_backward: _grid_sampler_2d_backward_flop,
+    aten._embedding_bag: _embedding_bag_flop,
+    aten._embedding_bag_forward_only: _embedding_bag_flop,
+}
+"""``custom_mapping`` for ``FlopCounterMode``: bilinear sampling, which torch 2.14's counter leaves at
+zero (``F.grid_sample``, forward and backward) and the weighted ``embedding_bag`` that
+:func:`vision_attn.layers.multi_scale_deformable_attn` samples with (docs/flops.md)."""
+
+
 def flop_counter(**kwargs: Any) -> FlopCounterMode:
-    """A ``FlopCounterMode(display=False)`` that also counts the fused attention kernels.
+    """A ``FlopCounterMode(display=False)`` that also counts the fused attention kernels and bilinear
+    sampling (:data:`SAMPLING_FORMULAS`).
 
     Use it around any computation, a training step included (the backward kernels are covered);
     ``get_total_flops()`` returns FLOPs, 2 per MAC. Keyword arguments go to ``FlopCounterMode``.
     """
-    mapping = {**FUSED_ATTENTION_FORMULAS, **KERNEL_FLOP_FORMULAS, **kwargs.pop("custom_mapping", {})}
+    mapping = {**FUSED_ATTENTION_FORMULAS, **SAMPLING_FORMULAS, **KERNEL_FLOP_FORMULAS,
+               **kwargs.pop("custom_mapping", {})}
     kwargs.setdefault("display", False)
     return FlopCounterMode(custom_mapping=mapping, **kwargs)
 
@@ -264,12 +317,15 @@ def count_flops(
     device = first.device if first is not None else torch.device("cpu")
     dtype = first.dtype if first is not None and first.is_floating_point() else torch.float32
     shape = _input_shape(model, input_size, batch)
-    x = torch.zeros(shape, device=device, dtype=dtype)
+    with meta_shapes() if device.type == "meta" else contextlib.nullcontext():
+        x = torch.zeros(shape, device=device, dtype=dtype)
     was_training = model.training
     model.eval()
-    # count the standard kernels (aten.addmm), not the CPU fast paths: the same on every device
+    # count the standard kernels (aten.addmm), not the CPU fast paths: the same on every device; on
+    # meta through our shape formulas, without importing torch's compiler stack (meta_shapes.py)
+    counter = flop_counter(depth=depth)
     try:
-        with torch.no_grad(), kernel_plan("aten"), flop_counter(depth=depth) as counter:
+        with torch.no_grad(), kernel_plan("aten"), count_on_meta(counter) if device.type == "meta" else counter:
             if device.type == "meta":  # elsewhere the model runs exactly as it would uncounted
                 with _FusedAttentionOnMeta():
                     model(x)
@@ -311,7 +367,7 @@ def count_model_flops(
     """
     if isinstance(model, nn.Module):
         return count_flops(model, img_size, batch, depth=depth)
-    with torch.device(device):
+    with torch.device(device), meta_shapes() if torch.device(device).type == "meta" else contextlib.nullcontext():
         net = create_model(model, **(model_kwargs or {}))
     return count_flops(net, img_size, batch, depth=depth, name=model)
 

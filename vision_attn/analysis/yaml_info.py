@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import torch
 
 from vision_attn.analysis.flops import count_flops
+from vision_attn.analysis.meta_shapes import meta_shapes
 from vision_attn.errors import ConfigError
 from vision_attn.models.yolo import build_detector, load_yaml
 
@@ -60,7 +61,7 @@ def yaml_info(yaml: str | Path | Mapping[str, Any], *, scale: str | None = None,
               num_classes: int | None = None) -> YamlInfo:
     """Build ``yaml`` on the meta device and describe it at a square ``img_size`` (a multiple of the
     largest stride). GFLOPs are 2 x MACs of convolutions and matrix products (ultralytics' convention)."""
-    with torch.device("meta"):
+    with torch.device("meta"), meta_shapes():  # shapes without torch's Python meta kernels (meta_shapes.py)
         model = build_detector(yaml, scale=scale, num_classes=num_classes)
     largest = int(max(model.stride, default=32))
     if img_size < largest or img_size % largest:
