@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.cli_errors import one_line_error
 from tests.folders import make_folder, write_image
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, ImageFolder, load_splits, open_detection, write_digit_boxes
@@ -53,14 +54,6 @@ def _train_det(root: Path, tmp_path: Path, *extra: str) -> list[str]:
             "--model.yaml", str(ROOT / "configs" / "models" / "yolov8.yaml"), "--model.scale", "n",
             "--model.warmup_epochs", "0", "--data.data", str(root), "--data.img_size", "64", "--data.batch_size", "4",
             "--trainer.max_epochs", "1", *QUIET, *extra]
-
-
-def _one_line_error(err: str, *words: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 def _no_leftovers(folder: Path) -> None:
@@ -111,7 +104,7 @@ def test_training_on_a_bad_class_folder_is_a_one_line_error_naming_the_file(faul
             Path(path).unlink()
     status = main(_train_cls(root, tmp_path))
     assert status == 2
-    _one_line_error(capsys.readouterr().err, bad)
+    one_line_error(capsys.readouterr().err, bad)
     run = tmp_path / "runs" / "run"
     assert not (run / "last.ckpt").exists() or fault == "truncated"  # the scan's faults stop it before training
     _no_leftovers(run)
@@ -183,7 +176,7 @@ def test_training_names_the_label_line_with_the_hint_to_normalise(tmp_path, caps
     label = _label(root, "train", 0)
     label.write_text("0 0.5 0.5 0.2 0.2\n0 34 50 20 18\n")
     assert main(_train_det(root, tmp_path)) == 2
-    _one_line_error(capsys.readouterr().err, f"{label}, line 2: coordinates 34 50 20 18 are outside [0, 1]: they "
+    one_line_error(capsys.readouterr().err, f"{label}, line 2: coordinates 34 50 20 18 are outside [0, 1]: they "
                                              f"look like pixels; YOLO labels are normalised")
     _no_leftovers(tmp_path / "runs")
 
@@ -192,7 +185,7 @@ def test_a_truncated_detection_image_is_not_trained_on(tmp_path, capsys):
     root = _yolo(tmp_path)
     bad = _truncate(_image(root, "train", 2))
     assert main(_train_det(root, tmp_path)) == 2
-    _one_line_error(capsys.readouterr().err, str(bad), "a truncated image")
+    one_line_error(capsys.readouterr().err, str(bad), "a truncated image")
     _no_leftovers(tmp_path / "runs")
     # skipped and listed with skip_bad_images
     assert main(_train_det(root, tmp_path, "--data.skip_bad_images", "true", "--overwrite", "true")) == 0
@@ -244,7 +237,7 @@ def test_a_runs_folder_under_a_file_is_refused_before_training(tmp_path, capsys)
     args = _train_cls(root, tmp_path)
     args[args.index("--runs_dir") + 1] = str(tmp_path / "afile" / "runs")
     assert main(args) == 2
-    _one_line_error(capsys.readouterr().err, f"{tmp_path / 'afile'} is a file, not a folder")
+    one_line_error(capsys.readouterr().err, f"{tmp_path / 'afile'} is a file, not a folder")
 
 
 @pytest.fixture
@@ -265,12 +258,12 @@ def test_a_read_only_or_too_small_runs_folder_is_refused_before_training(tmp_pat
     args = _train_cls(root, tmp_path, *big)
     args[args.index("--runs_dir") + 1] = str(small_disk / "runs")
     assert main(args) == 2  # vit_tiny: 5.5 M parameters, about 88 MiB a checkpoint
-    _one_line_error(capsys.readouterr().err, f"free on the file system of {small_disk}", "a run needs room for two")
+    one_line_error(capsys.readouterr().err, f"free on the file system of {small_disk}", "a run needs room for two")
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     args = _train_cls(root, tmp_path)
     args[args.index("--runs_dir") + 1] = str(small_disk / "runs")
     assert main(args) == 2
-    _one_line_error(capsys.readouterr().err, f"{small_disk} cannot be written (Read-only file system)")
+    one_line_error(capsys.readouterr().err, f"{small_disk} cannot be written (Read-only file system)")
 
 
 def test_a_disk_that_fills_during_training_is_a_one_line_error_and_keeps_the_last_checkpoint(
@@ -298,7 +291,7 @@ def test_a_disk_that_fills_during_training_is_a_one_line_error_and_keeps_the_las
     args = _train_cls(root, tmp_path, "--checkpoint.every_n_steps", "1", "--trainer.max_epochs", "2")
     args[args.index("--runs_dir") + 1] = str(small_disk / "runs")
     assert main(args) == 2
-    line = _one_line_error(capsys.readouterr().err, "free on the file system of")
+    line = one_line_error(capsys.readouterr().err, "free on the file system of")
     assert "No space left on device" in line, line
     run = small_disk / "runs" / "run"
     assert torch.load(run / "last.ckpt", weights_only=True, map_location="cpu")["global_step"] == saves[0]

@@ -23,6 +23,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.cli_errors import one_line_error
 from tests.folders import make_folder
 from tests.tasks.resume_helpers import assert_same_run, max_weight_difference
 from vision_attn.cli import main
@@ -73,14 +74,6 @@ def _train_args(runs: Path, root: Path, name: str, *extra: str) -> list[str]:
             "--model.mixup", "0.5", "--model.ema_decay", "0.9", "--model.warmup_epochs", "1",
             "--model.model_kwargs", TINY_VIT, "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
             "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false", "--threads", "1", *extra]
-
-
-def _one_line_error(err: str, *words: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 # ------------------------------------------------------------------ (a) packing and reading back
@@ -153,10 +146,10 @@ def test_data_pack_command_sizes_replaces_and_refuses(folder, tmp_path, capsys):
     (other / "notes.txt").write_text("keep me")
     capsys.readouterr()
     assert main(["data", "pack", str(folder), "-o", str(other)]) == 2
-    _one_line_error(capsys.readouterr().err, f"-o {other}", "not a shard set")
+    one_line_error(capsys.readouterr().err, f"-o {other}", "not a shard set")
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
     assert main(["data", "pack", str(folder), "-o", str(folder / "shards")]) == 2
-    _one_line_error(capsys.readouterr().err, "inside the folder being packed")
+    one_line_error(capsys.readouterr().err, "inside the folder being packed")
     assert not (folder / "shards").exists()
     assert main(["data", "pack", str(folder), "-o", str(out), "--shard-size", "2", "--max-bytes", "1M"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
@@ -264,7 +257,7 @@ def test_a_cut_short_shard_is_named_by_shard_and_member_or_skipped(shards, tmp_p
         open_shards(root)
     capsys.readouterr()
     assert main(_train_args(tmp_path / "runs", root, "cut")) == 2
-    _one_line_error(capsys.readouterr().err, f"{shard}, member {cut[0]}", "cut short")
+    one_line_error(capsys.readouterr().err, f"{shard}, member {cut[0]}", "cut short")
     assert main(_train_args(tmp_path / "runs", root, "skip", "--trainer.max_steps", "1",
                             "--data.skip_bad_images", "true")) == 0
     out = capsys.readouterr().out
@@ -283,7 +276,7 @@ def test_a_member_that_is_not_an_image_stops_training_from_a_worker_or_is_skippe
     capsys.readouterr()
     args = _train_args(tmp_path / "runs", root, "bad", "--data.batch_size", "4", "--data.num_workers", "1")
     assert main(args) == 2  # raised in the loader's worker, reported by the training process
-    _one_line_error(capsys.readouterr().err, f"{shard}, member 00000006.png: not an image")
+    one_line_error(capsys.readouterr().err, f"{shard}, member 00000006.png: not an image")
     assert main(_train_args(tmp_path / "runs", root, "skip", "--data.batch_size", "4", "--trainer.max_steps", "1",
                             "--data.skip_bad_images", "true")) == 0
     m = json.loads((tmp_path / "runs" / "skip" / "metrics.json").read_text())
