@@ -22,6 +22,7 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import DEFAULT_OPSET, Exporter, export_onnx
+from vision_attn.export.outputs import one_or_tuple
 from vision_attn.export.signal_stack import kept_signal_stack
 from vision_attn.io.atomic import atomic_write, output_folder
 
@@ -109,5 +110,4 @@ def run_openvino(compiled: Any, x: torch.Tensor) -> torch.Tensor | tuple[torch.T
     """The compiled model's output for a float32 input tensor (a tuple when the graph has several: a
     segmenter's rows and prototypes)."""
     out = compiled(x.detach().to(torch.float32).contiguous().numpy())
-    tensors = tuple(torch.from_numpy(out[o].copy()) for o in compiled.outputs)
-    return tensors[0] if len(tensors) == 1 else tensors
+    return one_or_tuple([torch.from_numpy(out[o].copy()) for o in compiled.outputs])

@@ -5,11 +5,12 @@
 (:mod:`vision_attn.models.yolo.masks`)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
+import torch
 from torch import nn
 
-__all__ = ["Kind", "OUTPUTS", "graph_outputs"]
+__all__ = ["Kind", "OUTPUTS", "graph_outputs", "kind_of", "one_or_tuple"]
 
 Kind = Literal["classifier", "detector", "segmenter"]
 
@@ -24,6 +25,21 @@ OUTPUTS: dict[str, tuple[tuple[str, str], ...]] = {
 """Each kind's graph outputs: (name, description)."""
 
 
+KINDS: dict[str, Kind] = {"segment": "segmenter", "detect": "detector", "rtdetr": "detector"}
+"""A YAML network's ``task`` -> its kind (any other network, e.g. a registered model: a classifier)."""
+
+
+def kind_of(model: nn.Module) -> Kind:
+    """What ``model`` is for export: a segmenter, a detector (a Detect or RT-DETR head) or a classifier."""
+    return KINDS.get(getattr(model, "task", ""), "classifier")
+
+
 def graph_outputs(model: nn.Module) -> tuple[str, ...]:
     """The output names of ``model``'s exported graph: two for a segmentation model, else one."""
-    return tuple(n for n, _ in OUTPUTS["segmenter" if getattr(model, "task", None) == "segment" else "classifier"])
+    return tuple(n for n, _ in OUTPUTS[kind_of(model)])
+
+
+def one_or_tuple(outputs: Sequence[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """A runtime's outputs as the PyTorch model returns them: one tensor, or a tuple of several (a
+    segmenter's rows and prototypes)."""
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -25,7 +25,7 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
-from vision_attn.export.outputs import graph_outputs
+from vision_attn.export.outputs import graph_outputs, one_or_tuple
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
 
 __all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
@@ -56,12 +56,6 @@ def check_precision(runtime: str, precision: str) -> None:
                           "for these graphs); use --precision fp32, or openvino for bf16")
 
 
-def _one_or_tuple(outputs: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """A graph's one output as a tensor, several (a segmenter's rows and prototypes) as a tuple, as the
-    PyTorch model returns them."""
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
 class RuntimeModel(nn.Module):
     """``model`` exported and run in ``runtime`` (one of :data:`RUNTIMES` but torch) for inputs of
     ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``; ``calibration``:
@@ -90,7 +84,7 @@ class RuntimeModel(nn.Module):
             elif runtime == "onnxruntime-qdq":
                 file = quantize_onnx_static(file, path.with_name("qdq.onnx"), calibration)
             session = onnx_session(file, threads)
-            self._run = lambda x: _one_or_tuple(run_onnx(session, x))
+            self._run = lambda x: one_or_tuple(run_onnx(session, x))
         else:
             file = path.with_suffix(".xml")
             export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
-from vision_attn.export.outputs import OUTPUTS, Kind
+from vision_attn.export.outputs import OUTPUTS, Kind, kind_of
 from vision_attn.io.resources import resolve_path
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.models import build_detector, create_model
@@ -103,8 +103,8 @@ def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
 
 def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],
                       classes: list[str] | None = None) -> Deployable:
-    task = getattr(model, "task", "detect")
-    if task not in ("detect", "segment", "rtdetr"):
+    kind, task = kind_of(model), getattr(model, "task", "detect")
+    if kind == "classifier":
         raise ConfigError(f"{label}: a {task} model (its last row is {type(model.model[-1]).__name__}); "
                           "export --yaml takes a detection or segmentation YAML (a classifier YAML trains with "
                           "train cls and exports from its run folder)")
@@ -112,7 +112,6 @@ def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes
     if size[0] % stride or size[1] % stride:
         raise ConfigError(f"--img-size {size[0]} {size[1]}: a detector's input sides must be multiples of its "
                           f"largest stride {stride}, e.g. {stride * max(1, round(size[0] / stride))}")
-    kind: Kind = "segmenter" if task == "segment" else "detector"
     return Deployable(model.eval(), kind, size, label, notes=notes, classes=classes)
 
 

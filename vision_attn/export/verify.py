@@ -12,7 +12,7 @@ the same input: the export adds no more error than float32 arithmetic itself mak
 convolutions (Winograd among them) round further: measured 2-6x PyTorch float32's own distance on that
 model (random batch-norm statistics, four seeds), so its check allows 8x (``factor``); classifiers
 agree within 2e-6. A segmenter's mask coefficients and prototypes (or, after NMS, its mask
-probabilities) are held to 1e-4 like its scores, with the same float64 allowance.
+logits) are held to 1e-4 like its scores, with the same float64 allowance.
 """
 from __future__ import annotations
 

@@ -195,11 +195,12 @@ def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *,
             "table": report.table()}
 
 
-def _predictor(checkpoint: str | os.PathLike, runtime: Runtime | None
-               ) -> tuple[Run, Callable[[torch.Tensor], torch.Tensor] | None]:
-    """The detector of ``checkpoint`` for prediction (batch norms folded into their convolutions) and,
-    with ``runtime``, its network in that runtime, for square inputs of the run's image size."""
-    det = load_detector(checkpoint)
+def predictor(checkpoint: str | os.PathLike, runtime: Runtime | None,
+              load: Callable[[str | os.PathLike], Run] = load_detector) -> tuple[Run, Callable[[torch.Tensor], Any] | None]:
+    """The run of ``checkpoint`` (read by ``load``: a detector, or the segmentation task's loader) for
+    prediction (batch norms folded into their convolutions) and, with ``runtime``, its network in that
+    runtime, for square inputs of the run's image size."""
+    det = load(checkpoint)
     fuse_conv_bn(det.model)
     return det, None if runtime is None else runtime(det.model, det.img_size, None)
 
@@ -222,7 +223,7 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     [{"box": [x1, y1, x2, y2], "score", "label", "class"}]}]`` in original pixels. With ``output``, each
     image with its boxes drawn is written there under its own name, and the list as ``detections.json``.
     ``runtime``: run the network there (square inputs of the run's size) instead of in PyTorch."""
-    det, network = _predictor(checkpoint, runtime)
+    det, network = predictor(checkpoint, runtime)
     paths = image_paths(images)
     dataset = ImageList(paths)
     rect = len({(r.height, r.width) for r in dataset.records}) == 1 and network is None
@@ -256,7 +257,7 @@ def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, 
     the detections as :func:`predict_detections` gives them); see
     :func:`~vision_attn.tasks.stream.predict_stream` for what is written when a source fails.
     ``runtime``: as in :func:`predict_detections`."""
-    det, network = _predictor(checkpoint, runtime)
+    det, network = predictor(checkpoint, runtime)
     transform = DetectionTransform(det.img_size[0], stride=_stride(det) if network is None else None)
 
     def infer(frames: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:

@@ -35,7 +35,7 @@ from vision_attn.models.yolo.masks import instance_masks, masks_to_original
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
-from vision_attn.tasks.detect.run import FrameList, ImageList, load_detector_run
+from vision_attn.tasks.detect.run import FrameList, ImageList, load_detector_run, predictor
 from vision_attn.tasks.runs import Run, Runtime, read_run_checkpoint, task_of
 from vision_attn.tasks.segment.plots import draw_segments, save_image
 from vision_attn.tasks.stream import StreamResult, predict_stream
@@ -136,15 +136,6 @@ def evaluate_segmenter(checkpoint: str | os.PathLike, data: str | os.PathLike, *
             "per_class_mask": mask.as_dict()["per_class"], "table": box.table(), "mask_table": mask.table()}
 
 
-def _predictor(checkpoint: str | os.PathLike, runtime: Runtime | None
-               ) -> tuple[Run, Callable[[torch.Tensor], Any] | None]:
-    """The segmenter of ``checkpoint`` for prediction (batch norms folded) and, with ``runtime``, its
-    network in that runtime, for square inputs of the run's image size."""
-    seg = load_segmenter(checkpoint)
-    fuse_conv_bn(seg.model)
-    return seg, None if runtime is None else runtime(seg.model, seg.img_size, None)
-
-
 def _json_mask(mask: np.ndarray) -> dict[str, Any]:
     rle = encode_mask(mask.astype(np.uint8))
     counts = rle["counts"]
@@ -166,7 +157,7 @@ def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.Pa
     "detections": [{"box", "score", "label", "class", "mask": COCO RLE {"size": [h, w], "counts"}}]}]``
     in original pixels. With ``output``, each image with its masks and boxes drawn is written there under
     its own name, and the list as ``segments.json``. ``runtime``: the network run there."""
-    seg, network = _predictor(checkpoint, runtime)
+    seg, network = predictor(checkpoint, runtime, load_segmenter)
     dataset = ImageList(image_paths(images))
     dataset.transform = DetectionTransform(seg.img_size[0])
     found = _run(seg, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
@@ -194,7 +185,7 @@ def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
     with masks and boxes drawn and ``OUT/STEM.jsonl``, one line per frame (``{"frame", "time",
     "detections"}``, the detections as :func:`predict_segments` gives them). ``runtime``: the network run
     there."""
-    seg, network = _predictor(checkpoint, runtime)
+    seg, network = predictor(checkpoint, runtime, load_segmenter)
     transform = DetectionTransform(seg.img_size[0])
 
     def infer(frames: Sequence[np.ndarray]) -> list[dict[str, Any]]:
