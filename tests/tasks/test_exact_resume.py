@@ -87,7 +87,7 @@ def test_classification_stopped_four_ways_resumes_to_the_uninterrupted_run(tmp_p
 TINY_DET = """\
 model:
   yaml: {yaml}
-  scale: n
+  scale: {scale}
   warmup_epochs: 0.5
   min_warmup_steps: 1
   close_mosaic: 1
@@ -114,7 +114,8 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     the last epoch: stopped by SIGKILL in the first epoch, then by SIGTERM in the closed-mosaic one."""
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolo26.yaml"))
+    config.write_text(TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolo26.yaml",
+                                      scale="n"))
 
     def args(name):
         return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
@@ -127,6 +128,27 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     stopped = stop_at(args("killed") + ["--resume", "true"], tmp_path, run, 4, signal.SIGTERM)
     assert stopped.returncode == 75 and STOP_LINE.fullmatch(stopped.stderr.strip().splitlines()[-1]), stopped.stderr
     assert 4 <= progress_step(run) < 6  # epoch 1, the last: the mosaic is closed
+    train_here(args("killed") + ["--resume", "true"], capsys)
+    assert_same_run(tmp_path / "runs" / "reference", run, ("val_map", "val_map50", "train_loss", "best_val_map"))
+
+
+def test_rtdetr_sigkill_mid_epoch_resumes_exactly(tmp_path, request, capsys):
+    """RT-DETR (rtdetr-s.yaml): each batch draws its denoising queries (noised boxes and labels) from the
+    random stream, and its optimizer has the backbone's own learning-rate group; killed in the middle of
+    the first epoch and resumed, the run ends with the uninterrupted run's weights, metrics and logs."""
+    root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
+    config = tmp_path / "tiny.yaml"
+    text = TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "rtdetr-s.yaml", scale="s")
+    text = text.replace("  ema_tau: 5.0\n", "  ema_tau: 5.0\n  optimizer: adamw\n  lr: 0.0005\n  backbone_lr_scale: 0.1\n")
+    config.write_text(text.replace("  max_epochs: 2\n", "  max_epochs: 2\n  gradient_clip_val: 0.1\n"))
+
+    def args(name):
+        return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
+
+    train_here(args("reference"), capsys)
+    run = tmp_path / "runs" / "killed"
+    killed = stop_at(args("killed"), tmp_path, run, 2, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL and progress_step(run) < 3
     train_here(args("killed") + ["--resume", "true"], capsys)
     assert_same_run(tmp_path / "runs" / "reference", run, ("val_map", "val_map50", "train_loss", "best_val_map"))
 

@@ -13,7 +13,7 @@ targets, so the returned total is per image, not summed over the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +85,9 @@ class DetectionLoss(nn.Module):
         topk, topk2, alpha, beta: the assigner's (see :class:`TaskAlignedAssigner`); boxes smaller than the
             second level's stride look for candidate anchors in a box of that size, as in YOLOv8.
     """
+
+    sum_over_images: ClassVar[bool] = True
+    """The result is a mean per image that YOLOv8's trainer multiplies by the batch size."""
 
     def __init__(self, model: nn.Module, *, box_gain: float = 7.5, cls_gain: float = 0.5, dfl_gain: float = 1.5,
                  topk: int = 10, topk2: int | None = None, alpha: float = 0.5, beta: float = 6.0) -> None:

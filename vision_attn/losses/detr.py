@@ -28,7 +28,7 @@ they are converted here to normalised cxcywh.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,9 @@ class RTDETRLoss(nn.Module):
         alpha, gamma: the varifocal term's (and the no-box focal term's) balance and focusing parameters.
         aux: add the auxiliary layers' terms (the encoder's top-k and the earlier decoder layers).
     """
+
+    sum_over_images: ClassVar[bool] = False
+    """The result is a mean over the matched boxes, used as it is (RT-DETR's trainer)."""
 
     def __init__(self, *, class_gain: float = 1.0, l1_gain: float = 5.0, giou_gain: float = 2.0,
                  class_cost: float = 2.0, l1_cost: float = 5.0, giou_cost: float = 2.0,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -70,6 +70,9 @@ class EndToEndLoss(nn.Module):
     parts (:class:`~vision_attn.losses.LossParts`) whose ``total`` is the weighted sum
     and whose parts are the one-to-one branch's (the branch that predicts, as ultralytics' ``E2ELoss`` logs).
     """
+
+    sum_over_images: ClassVar[bool] = True
+    """As its branch losses: a mean per image, multiplied by the batch size in training."""
 
     def __init__(self, model: nn.Module, *, weights: BranchWeights | str = YOLO26_WEIGHTS, box_gain: float = 7.5,
                  cls_gain: float = 0.5, dfl_gain: float = 1.5, o2m_topk: int = 10, alpha: float = 0.5,

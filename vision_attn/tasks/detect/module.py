@@ -21,6 +21,7 @@ saves ``predictions.png`` (sample images with ground truth and predicted boxes) 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from pathlib import Path
@@ -75,6 +76,13 @@ def detector_param_groups(model: nn.Module, weight_decay: float, backbone_lr_sca
         group["params"].append(p)
     return [groups[k] for k in sorted(groups, key=lambda k: (("weight", "norm", "bias").index(k[0]), k[1]))]
 
+
+
+def logged_parts(parts: Any) -> list[tuple[str, torch.Tensor]]:
+    """The parts of a loss result (a dataclass: ``total`` with gradients, then detached tensors) logged as
+    ``train/PART``: every tensor field but ``total``."""
+    values = ((f.name, getattr(parts, f.name)) for f in dataclasses.fields(parts) if f.name != "total")
+    return [(name, value) for name, value in values if isinstance(value, torch.Tensor)]
 
 class DetectionModule(pl.LightningModule):
     """Images (B, 3, H, W) in [0, 1] -> detections, trained with the YOLOv8 loss.
@@ -172,8 +180,6 @@ class DetectionModule(pl.LightningModule):
         if len(self.class_names) != num_classes:
             raise ConfigError(f"{len(self.class_names)} class names for {num_classes} classes")
         self.criterion = self.build_criterion(e2e_weights, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
-        if isinstance(self.criterion, RTDETRLoss):
-            self.loss_parts = ("cls", "l1", "giou", "aux", "dn")
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
@@ -194,8 +200,6 @@ class DetectionModule(pl.LightningModule):
     prediction_grid = staticmethod(prediction_grid)
     """How ``predictions.png`` is drawn."""
     """What the checkpoint records as its task (``load_run`` dispatches on it)."""
-    loss_parts: tuple[str, ...] = ("box", "cls", "dfl")
-    """The parts of the criterion's result logged as ``train/PART``."""
 
     def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
         """The loss of :attr:`model`: the YOLOv8 loss, the end-to-end one for a head with a one-to-one branch,
@@ -273,11 +277,10 @@ class DetectionModule(pl.LightningModule):
         n = x.shape[0]
         stop_if_not_finite(self, parts.total, batch_idx, clip="10")
         self.log("train/loss", parts.total.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
-        for key in self.loss_parts:
-            self.log(f"train/{key}", getattr(parts, key), on_step=False, on_epoch=True, batch_size=n)
-        if isinstance(self.criterion, RTDETRLoss):
-            return parts.total  # a mean over the matched boxes, as RT-DETR
-        return parts.total * n  # summed over the images, as YOLOv8
+        for key, value in logged_parts(parts):
+            self.log(f"train/{key}", value, on_step=False, on_epoch=True, batch_size=n)
+        # YOLO's losses are means per image that its trainer sums over the batch; RT-DETR's is a mean over boxes
+        return parts.total * n if self.criterion.sum_over_images else parts.total
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ema is not None and self.global_step > self._ema_step:  # after each optimizer step

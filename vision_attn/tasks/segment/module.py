@@ -34,7 +34,6 @@ class SegmentationModule(DetectionModule):
     """
 
     task_name = "seg"
-    loss_parts = ("box", "seg", "cls", "dfl")
     prediction_grid = staticmethod(segment_grid)
     default_yaml = "yolov8-seg.yaml"
 
