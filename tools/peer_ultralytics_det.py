@@ -9,6 +9,9 @@ it (and vision_attn, only to materialise the data), e.g.::
 A -seg YAML (``--model yolov8n-seg.yaml``, ``yolo11n-seg.yaml``) trains ultralytics' segmentation trainer on
 ``demo:digit-masks`` (the same canvases, each digit's outline its polygon) and reports mask mAP beside box mAP.
 
+An RT-DETR YAML (``--model rtdetr-s.yaml``: our small one from configs/models/, which ultralytics builds
+from the same rows; or ``rtdetr-l.yaml``) trains ultralytics' RT-DETR trainer (``RTDETR(yaml).train``).
+
 It trains one of ultralytics' own detection YAMLs (``--model yolov8n.yaml``, ``yolo11n.yaml``,
 ``yolo12n.yaml``, ``yolo26n.yaml``: the scale letter in the name, from scratch) on ``demo:digit-boxes``
 in the YOLO txt layout, with the epochs, image size and batch of our config, horizontal flips off
@@ -39,6 +42,7 @@ def main() -> None:
     ap.add_argument("--img-size", type=int, default=160)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the JSON line to this file too")
     ap.add_argument("--project", default=None, help="ultralytics' run folder goes to PROJECT/peer (its weights/best.pt "
                     "and last.pt); default a new temporary folder")
@@ -52,15 +56,17 @@ def main() -> None:
 
         data = str(materialise(data.removeprefix("demo:")) / "yolo" / "data.yaml")
 
-    from ultralytics import YOLO
+    from ultralytics import RTDETR, YOLO
     from ultralytics.utils.torch_utils import get_flops
 
     project = str(Path(args.project).resolve()) if args.project else tempfile.mkdtemp(prefix="ultralytics-run-")
-    model = YOLO(args.model)
+    ours = Path(__file__).resolve().parents[1] / "configs" / "models" / args.model  # rtdetr-s.yaml is ours
+    source = str(ours) if not Path(args.model).exists() and ours.is_file() else args.model
+    model = (RTDETR if Path(args.model).stem.startswith("rtdetr") else YOLO)(source)
     start = time.perf_counter()
     model.train(data=data, epochs=args.epochs, imgsz=args.img_size, batch=args.batch, workers=args.workers,
                 device="cpu", pretrained=False, amp=False, plots=False, fliplr=0.0, project=project,
-                name="peer", exist_ok=True, seed=0, verbose=False)
+                name="peer", exist_ok=True, seed=args.seed, verbose=False)
     wall = time.perf_counter() - start
     metrics = model.val(data=data, imgsz=args.img_size, batch=args.batch, device="cpu", plots=False,
                         project=project, name="val", verbose=False)
@@ -70,11 +76,24 @@ def main() -> None:
            "map50": float(metrics.box.map50), "map": float(metrics.box.map),
            **({"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if segment else {}),
            "train_seconds": round(wall, 1),
-           "seconds_per_epoch": round(wall / args.epochs, 1), "run": str(Path(project) / "peer")}
+           "seconds_per_epoch": round(wall / args.epochs, 1), "run": str(Path(project) / "peer"),
+           "curve": per_epoch(Path(project) / "peer" / "results.csv")}
     line = json.dumps(row)
     print(line)
     if args.out:
         Path(args.out).write_text(line + "\n")
+
+
+def per_epoch(results: Path) -> list[dict[str, float]]:
+    """ultralytics' validation of each epoch (its results.csv): epoch, mAP@.5 and mAP@.5:.95 of the boxes."""
+    import csv
+
+    if not results.is_file():
+        return []
+    with results.open() as f:
+        rows = [{k.strip(): v for k, v in row.items()} for row in csv.DictReader(f)]
+    return [{"epoch": int(float(r["epoch"])), "map50": round(float(r["metrics/mAP50(B)"]), 4),
+             "map": round(float(r["metrics/mAP50-95(B)"]), 4)} for r in rows]
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ named by shard and member, or skipped and counted.
 
 The data: a few of demo:digits' PNGs per class, plus larger colour JPEGs (decoded at reduced size
 from the bytes, as from the file). The trainings run in this process; the stop is a SIGTERM sent
-from the dataset mid-epoch (the way a scheduler stops a run), as cheap as a run itself. The two
-processes of DDP are the sampler's two ranks over the shard dataset in one process (a real
-two-process DDP run takes about 40 s here, too long for this file): the loader each DDP process
-builds (ResumableDataModule.loader) is this make_loader with the trainer's world size and rank."""
+from the dataset mid-epoch (the way a scheduler stops a run), as cheap as a run itself. Here the two
+processes of DDP are the sampler's two ranks over the shard dataset in one process: the loader each
+DDP process builds (ResumableDataModule.loader) is this make_loader with the trainer's world size and
+rank. A real two-process DDP run from shards, killed mid-epoch and resumed, ending with the weights
+of the same DDP run on the folders, is tests/tasks/test_exact_resume.py's DDP test."""
 from __future__ import annotations
 
 import json

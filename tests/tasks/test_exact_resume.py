@@ -166,7 +166,9 @@ def test_two_process_ddp_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_
     """DDP on the CPU (gloo): each process reads its share of an order fixed by (seed, epoch); both are
     killed in the middle of epoch 1 and resume from the same batch with their own random streams. The
     uninterrupted reference is a user's script that calls train_classifier (Lightning runs the script
-    again for the second process); the stopped and resumed runs are `vision-attn train cls`."""
+    again for the second process) on the class folders; the stopped and resumed runs are `vision-attn
+    train cls` on the same folders packed as shards (`vision-attn data pack`): the two processes read
+    each item once per epoch from the shards, in the folder's order, and end with the reference's weights."""
     tmp, root = tmp_path, make_folder(tmp_path / "data", n_train=16, n_val=4)
     runs = tmp / "runs_ddp"
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.max_epochs", "2"]
@@ -180,7 +182,8 @@ def test_two_process_ddp_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_
     assert m["global_step"] == 2 * STEPS_PER_EPOCH // 2  # each process takes half of every epoch
     assert m["val_images"] == 12 and (runs / "reference" / "best.ckpt").is_file()
     run = runs / "killed"
-    args = _cls_args(runs, root, "killed") + ddp
+    assert main(["data", "pack", str(root), "-o", str(tmp / "shards"), "--shard-size", "5"]) == 0
+    args = _cls_args(runs, tmp / "shards", "killed") + ddp
     half = STEPS_PER_EPOCH // 2  # 3 steps an epoch per process
     killed = stop_at(args, tmp, run, half + 1, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
@@ -189,4 +192,5 @@ def test_two_process_ddp_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_
     run_to_end(args + ["--resume", "true"], tmp)
     m = json.loads((run / "metrics.json").read_text())
     assert m["world_size"] == 2 and [r["step"] for r in m["resumes"]] == [at]
+    assert m["data"]["source"] == str(tmp / "shards") and m["train_images"] == 48
     assert_same_run(runs / "reference", run, CLS_METRICS)
