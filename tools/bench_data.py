@@ -9,7 +9,14 @@ the other, not together: on a 2-core machine loading and training compete for th
 The photos are scikit-learn's two sample images (427x640 JPEG), cut into ``--images`` different
 crops of ImageNet-like size (about 375x500) and saved as JPEG files in a temporary folder.
 
+``--normalize device|loader|both`` measures instead the classification data module's loader
+(``TrainFileTransform`` through training's ``make_loader``, pinned when the device is a GPU) with
+``data.normalize`` set so: images/s of the batches on ``--device`` (the copy there included, and under
+``device`` the normalisation there) and the bytes of a batch's images (uint8 is a quarter of float32's);
+the training steps are then not measured.
+
     .venv/bin/python tools/bench_data.py [--workers 2] [--images 256] [--steps 6]
+    .venv/bin/python tools/bench_data.py --normalize both [--device cuda] [--workers 2] [--batch 16]
 """
 from __future__ import annotations
 
@@ -65,6 +72,37 @@ def pipeline_rate(samples: list[tuple[str, int]], workers: int, batch: int, epoc
             "per_epoch": [round(r, 1) for r in rates]}
 
 
+def normalize_rate(samples: list[tuple[str, int]], normalize: str, workers: int, batch: int, epochs: int,
+                   device: str) -> dict:
+    """Images/s of the data module's train loader with ``data.normalize`` = ``normalize``, each batch
+    copied to ``device`` and normalised there as the data module's hook does (the first epoch is a
+    warm-up), and the bytes of a batch's images as the loader gives them."""
+    from vision_attn.data import ImageFolder, train_transforms
+    from vision_attn.data.file_transforms import TrainFileTransform
+    from vision_attn.data.loader import end_loader_workers, make_loader
+
+    dev = torch.device(device)
+    tf = TrainFileTransform(train_transforms(224, color_jitter=0.4, rand_augment=2, seed=0), normalize_on=normalize)
+    loader = make_loader(ImageFolder(samples, [str(i) for i in range(10)], tf), batch, train=True, num_workers=workers,
+                         persistent_workers=workers > 0, pin_memory=dev.type == "cuda", drop_last=True, seed=0)
+    rates, nbytes, dtype = [], 0, None
+    for epoch in range(epochs + 1):
+        start = time.perf_counter()
+        n = 0
+        for x, _ in loader:
+            nbytes, dtype = x.nbytes, x.dtype
+            x = tf.pixels(x.to(dev, non_blocking=True))  # what on_after_batch_transfer does (a float batch as it is)
+            n += x.shape[0]
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        if epoch:  # epoch 0 starts the workers
+            rates.append(n / (time.perf_counter() - start))
+    end_loader_workers()
+    return {"normalize": normalize, "device": str(dev), "workers": workers, "batch": batch, "dtype": str(dtype),
+            "bytes_per_batch": nbytes, "images_per_s": round(statistics.median(rates), 1),
+            "per_epoch": [round(r, 1) for r in rates]}
+
+
 def train_rate(batch: int, steps: int, bf16: bool) -> dict:
     """Images/s of AdamW training steps of vit_small_patch16_224 at 224 px (median over ``steps``)."""
     from vision_attn import create_model
@@ -95,8 +133,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2, help="timed passes over the images (after a warm-up)")
     parser.add_argument("--steps", type=int, default=6, help="timed training steps per precision")
+    parser.add_argument("--normalize", choices=("device", "loader", "both"),
+                        help="measure the data module's loader with data.normalize so (both: each) instead")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where --normalize's batches go (default: cuda if available)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.normalize:
+        modes = ("loader", "device") if args.normalize == "both" else (args.normalize,)
+        with tempfile.TemporaryDirectory() as tmp:
+            samples = make_photos(Path(tmp), args.images)
+            rows = [normalize_rate(samples, m, args.workers, args.batch, args.epochs, args.device) for m in modes]
+        if args.json:
+            print(json.dumps({"loaders": rows, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                              "torch": torch.__version__}, indent=2))
+            return
+        for r in rows:
+            print(f"data.normalize {r['normalize']}: {r['images_per_s']} images/s to {r['device']}, {r['workers']} "
+                  f"workers, batch {r['batch']} of {r['dtype']}: {r['bytes_per_batch'] / 2**20:.2f} MiB")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         samples = make_photos(Path(tmp), args.images)
         data = pipeline_rate(samples, args.workers, args.batch, args.epochs)

@@ -199,8 +199,9 @@ def test_items_repeat_by_seed_through_image_folder(files):
 
 
 def test_demo_first_batches_are_those_of_the_old_pipeline():
-    """demo:digits (PNG): the data module's first training and validation batches equal those that
-    ImageFolder + the Compose on load_image's arrays give (so `make demo` trains on the same inputs)."""
+    """demo:digits (PNG): the data module's first training and validation batches, normalised where
+    the training device gets them (data.normalize: device), equal those that ImageFolder + the Compose
+    on load_image's arrays give (so `make demo` trains on the same inputs)."""
     from vision_attn.data.loader import make_loader
     from vision_attn.tasks.classify.data import ClassificationDataModule
 
@@ -220,7 +221,8 @@ def test_demo_first_batches_are_those_of_the_old_pipeline():
             loader = make_loader(ds, 32, train=train, num_workers=0, persistent_workers=False, pin_memory=False,
                                  drop_last=True, seed=0)
             x, y = next(iter(loader))
-            batches.append((x, y))
+            batches.append(dm.on_after_batch_transfer((x, y), 0))  # the new set's uint8, the old one's float32
+        assert batches[0][0].dtype == batches[1][0].dtype == torch.float32
         assert torch.equal(batches[0][0], batches[1][0]) and torch.equal(batches[0][1], batches[1][1])
 
 

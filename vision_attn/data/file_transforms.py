@@ -11,8 +11,13 @@ of *where* the work happens:
    the reduced image, cut and resized as before;
 2. the image stays uint8 through every augmentation; the last step writes the normalised float32
    values straight into a contiguous (3, H, W) tensor (the loader's collation then copies it without
-   a transpose): ``(x - mean) * (1 / std)`` in float32, checked once to give exactly the values of
-   the ``Normalize`` transform's own look-up table for 0..255 (else that table is used).
+   a transpose): ``(x - mean) * (1 / std)`` in float32 (:class:`~vision_attn.data.normalize.PixelNormalize`),
+   checked once to give exactly the values of the ``Normalize`` transform's own look-up table for
+   0..255 (else that table is used). With ``normalize_on="device"`` the last step is the contiguous
+   (3, H, W) uint8 image itself, a quarter of the bytes through the loader, normalised by
+   :attr:`FileTransform.pixels` where the batch is (the classification data module: on the training
+   device), to the same values; where that normalisation is not exact (the table is used) or the
+   pipeline does not end in a uint8 (H, W, 3) image, the float32 tensor as above.
 
 A file that is decoded at full size (every PNG, BMP, WebP ...; a JPEG whose crop is less than twice
 the output) gives exactly the tensor the ``Compose`` gives for :func:`~vision_attn.data.folder.load_image`'s
@@ -37,6 +42,7 @@ import torch  # noqa: E402
 from albumentations.pytorch import ToTensorV2  # noqa: E402
 
 from vision_attn.data.decode import DECODERS, read_image, reduction, scale_box  # noqa: E402
+from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize  # noqa: E402
 from vision_attn.errors import ConfigError  # noqa: E402
 
 __all__ = ["FileTransform", "TrainFileTransform", "EvalFileTransform", "DEFAULT_DECODER"]
@@ -50,12 +56,17 @@ DEFAULT_DECODER = "opencv"
 class FileTransform(ABC):
     """An albumentations ``Compose`` ending in ``Normalize`` + ``ToTensorV2``, run from a file by
     :meth:`read` (``ImageFolder`` calls it); ``reduce=False``: always decode at full size;
-    ``decoder``: the JPEG decoder (:func:`~vision_attn.data.decode.read_image`)."""
+    ``decoder``: the JPEG decoder (:func:`~vision_attn.data.decode.read_image`); ``normalize_on``:
+    ``"loader"``: :meth:`read` returns the normalised float32 image, ``"device"``: the uint8 image
+    where :attr:`pixels` normalises it exactly (see the module)."""
 
-    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER) -> None:
+    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER,
+                 normalize_on: str = "loader") -> None:
         if decoder not in DECODERS:
             raise ConfigError(f"decoder={decoder!r}: choose one of {', '.join(DECODERS)}")
-        self.decoder = decoder
+        if normalize_on not in NORMALIZE_ON:
+            raise ConfigError(f"normalize_on={normalize_on!r}: choose one of {', '.join(NORMALIZE_ON)}")
+        self.decoder, self.normalize_on = decoder, normalize_on
         ops = list(compose.transforms)
         if len(ops) < 3 or not isinstance(ops[-1], ToTensorV2) or not isinstance(ops[-2], A.Normalize):
             raise ConfigError("a FileTransform wraps a pipeline of vision_attn.data.transforms "
@@ -66,10 +77,9 @@ class FileTransform(ABC):
         probe = np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2)  # (1, 256, 3)
         table = torch.from_numpy(np.asarray(self.normalize.apply(probe), dtype=np.float32)[0].T.copy())  # (3, 256)
         self.table = table
-        self.sub = torch.from_numpy(np.asarray(self.normalize.mean_np, dtype=np.float32).reshape(3, 1, 1).copy())
-        self.mul = torch.from_numpy(np.asarray(self.normalize.denominator, dtype=np.float32).reshape(3, 1, 1).copy())
-        grey = torch.arange(256, dtype=torch.float32).expand(3, 1, 256)
-        self.exact = bool(torch.equal(grey.sub(self.sub).mul_(self.mul)[:, 0], table))  # else: the table itself
+        self.pixels = PixelNormalize.of(self.normalize)
+        grey = torch.arange(256, dtype=torch.uint8).expand(3, 1, 256)
+        self.exact = bool(torch.equal(self.pixels(grey)[:, 0], table))  # else: the table itself
         self.factors: dict[int, int] = {}  # decodes by factor (what the benchmark reports)
 
     # -------------------------------------------------------- the Compose's interface
@@ -83,13 +93,15 @@ class FileTransform(ABC):
         self.compose.set_random_seed(seed)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(reduce={self.reduce}, decoder={self.decoder!r}, {self.compose!r})"
+        return (f"{type(self).__name__}(reduce={self.reduce}, decoder={self.decoder!r}, "
+                f"normalize_on={self.normalize_on!r}, {self.compose!r})")
 
     # -------------------------------------------------------- from the file
     @abstractmethod
     def read(self, path: str | os.PathLike, data: bytes | None = None) -> torch.Tensor:
-        """The (3, H, W) float32 tensor of the image at ``path``; ``data``: the file's bytes, read
-        already (a shard's member: ``path`` then names it in errors), decoded as the file would be."""
+        """The (3, H, W) float32 tensor of the image at ``path`` (uint8 under ``normalize_on="device"``,
+        see the module); ``data``: the file's bytes, read already (a shard's member: ``path`` then
+        names it in errors), decoded as the file would be."""
 
     def _start(self) -> None:
         # Compose.__call__ draws once for its own p before its first transform: so do we
@@ -105,10 +117,12 @@ class FileTransform(ABC):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:  # not what the tables map
             return torch.from_numpy(np.ascontiguousarray(self.normalize.apply(image).transpose(2, 0, 1)))
         hwc = torch.from_numpy(image)
+        if self.exact and self.normalize_on == "device":  # normalised by self.pixels where the batch goes
+            return hwc.permute(2, 0, 1).contiguous()
         out = torch.empty((3, image.shape[0], image.shape[1]), dtype=torch.float32)
         if self.exact:  # (x - mean) * (1 / std) in float32: the table's values, two passes of SIMD
             out.copy_(hwc.permute(2, 0, 1))
-            return out.sub_(self.sub).mul_(self.mul)
+            return self.pixels.apply_(out)
         for c in range(3):
             torch.index_select(self.table[c], 0, hwc[:, :, c].reshape(-1).long(), out=out[c].view(-1))
         return out
@@ -118,8 +132,9 @@ class TrainFileTransform(FileTransform):
     """``train_transforms``'s pipeline from the file: the crop drawn on the header's size, the JPEG
     decoded at the largest reduction that keeps the crop at least the output size (see the module)."""
 
-    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER) -> None:
-        super().__init__(compose, reduce=reduce, decoder=decoder)
+    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER,
+                 normalize_on: str = "loader") -> None:
+        super().__init__(compose, reduce=reduce, decoder=decoder, normalize_on=normalize_on)
         if not isinstance(self.first, A.RandomResizedCrop) or self.first.p != 1:
             raise ConfigError("a TrainFileTransform wraps train_transforms' pipeline (RandomResizedCrop first)")
 
@@ -148,8 +163,9 @@ class EvalFileTransform(FileTransform):
     """``eval_transforms``'s pipeline from the file: a JPEG decoded at the largest reduction whose
     image is still at least the size the resize makes of it (see the module)."""
 
-    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER) -> None:
-        super().__init__(compose, reduce=reduce, decoder=decoder)
+    def __init__(self, compose: A.Compose, *, reduce: bool = True, decoder: str = DEFAULT_DECODER,
+                 normalize_on: str = "loader") -> None:
+        super().__init__(compose, reduce=reduce, decoder=decoder, normalize_on=normalize_on)
         if not isinstance(self.first, (A.SmallestMaxSize, A.Resize)):
             raise ConfigError("an EvalFileTransform wraps eval_transforms' pipeline (a resize first)")
 

@@ -1,6 +1,8 @@
 """The classification LightningDataModule: a data root -> train and val DataLoaders.
 
-Batches are ``(images (B, 3, H, W) float32, labels (B,) int64)``. Workers are seeded
+Batches are ``(images (B, 3, H, W), labels (B,) int64)``: the images uint8 through the loader and
+normalised to float32 once on the training device (``normalize="device"``, :meth:`on_after_batch_transfer`),
+or float32 from the loader (``normalize="loader"``); the same values either way. Workers are seeded
 (:func:`~vision_attn.data.seed_worker`), persistent and pinned when asked; under DDP each process
 reads its own share (:class:`~vision_attn.data.sampler.EpochSampler`). The root is class folders or a
 shard set that ``vision-attn data pack`` wrote from them (:mod:`~vision_attn.data.shards`): the same
@@ -9,7 +11,7 @@ items in the same order, so the same batches.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from torch.utils.data import DataLoader
 
@@ -26,6 +28,7 @@ from vision_attn.data import (
 )
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
+from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
 from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
 from vision_attn.errors import ConfigError
 from vision_attn.tasks.data_module import ResumableDataModule
@@ -57,6 +60,10 @@ class ClassificationDataModule(ResumableDataModule):
         mean: normalisation mean (RGB, 0..1); std: its standard deviation (None: ImageNet's; training
             from a pretrained checkpoint fills in the checkpoint's, e.g. CLIP's, see ``train cls``).
         interpolation: resampling of the crops and resizes.
+        normalize: where the images are normalised (``mean``, ``std``): ``"device"``: they go through
+            the loader as uint8 (a quarter of float32's bytes through the workers, the pinned memory
+            and the copy to the GPU) and are normalised on the training device; ``"loader"``: in the
+            loader workers, as float32. The same float32 operations either way: the same training.
         num_workers: loader processes (0: load in the training process).
         persistent_workers: keep the workers between epochs.
         pin_memory: page-locked batches (None: when CUDA is available).
@@ -84,6 +91,7 @@ class ClassificationDataModule(ResumableDataModule):
         mean: tuple[float, float, float] | None = None,
         std: tuple[float, float, float] | None = None,
         interpolation: Literal["nearest", "bilinear", "bicubic", "area", "lanczos"] = "bicubic",
+        normalize: Literal["device", "loader"] = "device",
         num_workers: int = 2,
         persistent_workers: bool = True,
         pin_memory: bool | None = None,
@@ -93,7 +101,11 @@ class ClassificationDataModule(ResumableDataModule):
         mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD  # before save_hyperparameters reads them
         super().__init__()
         check_loader_args(batch_size, eval_batch_size, num_workers)
+        if normalize not in NORMALIZE_ON:
+            raise ConfigError(f"data.normalize={normalize!r}: choose one of {', '.join(NORMALIZE_ON)} (where the "
+                              "images are normalised: on the training device, or in the loader)")
         self.save_hyperparameters()
+        self.pixels = PixelNormalize(mean, std)  # what on_after_batch_transfer does to a uint8 batch
         self.splits: ClassificationSplits | ShardSplits | None = None
         self.train_set: ImageFolder | ShardDataset | None = None
         self.val_set: ImageFolder | ShardDataset | None = None
@@ -136,8 +148,11 @@ class ClassificationDataModule(ResumableDataModule):
         # from the file: the crop drawn on the header's size, a JPEG decoded at reduced size where the
         # crop allows (data/file_transforms.py); a full-size decode gives the Compose's tensor bit for bit
         dataset = ShardDataset if isinstance(splits, ShardSplits) else ImageFolder
-        self.train_set = dataset(splits.train, splits.classes, TrainFileTransform(train_tf))  # type: ignore[arg-type]
-        self.val_set = dataset(splits.val, splits.classes, EvalFileTransform(self.eval_transform()))  # type: ignore[arg-type]
+        # normalize="device": uint8 images, normalised by self.pixels in on_after_batch_transfer
+        train_ft = TrainFileTransform(train_tf, normalize_on=hp.normalize)
+        eval_ft = EvalFileTransform(self.eval_transform(), normalize_on=hp.normalize)
+        self.train_set = dataset(splits.train, splits.classes, train_ft)  # type: ignore[arg-type]
+        self.val_set = dataset(splits.val, splits.classes, eval_ft)  # type: ignore[arg-type]
         if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
             raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
                               f"images, and data.drop_last drops the only batch: lower data.batch_size")
@@ -161,3 +176,11 @@ class ClassificationDataModule(ResumableDataModule):
         assert self.val_set is not None, "call setup() first"
         return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
 
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A uint8 batch (``normalize="device"``) normalised where it is now, on the training device;
+        a float32 batch (normalised in the loader) as it is. Lightning calls this for the data module."""
+        images, labels = batch
+        images = self.pixels(images)
+        if self.trainer is not None:  # the precision's input dtype (bf16-true, 64-true ...): what Lightning
+            images = self.trainer.precision_plugin.convert_input(images)  # did to a float batch before the copy
+        return images, labels
