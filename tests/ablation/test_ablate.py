@@ -158,6 +158,19 @@ def test_detector_variants_are_edited_yamls_and_commands_for_a_queue(tmp_path, c
     assert with_cbam.where == "C2f"
 
 
+def test_rtdetr_variants_follow_the_hgblock_rows_of_its_backbone(tmp_path):
+    """RT-DETR's HGNet backbone: attention goes after its HGBlock stages (not the stem or the
+    downsampling DWConvs) and the decoder's inputs follow the inserted rows."""
+    plan = make_plan("demo_digit_boxes_rtdetr", ["CBAM"], seeds=3, name="rt", runs_dir=tmp_path)
+    assert plan.where == "HGBlock" and list(plan.variants) == ["none", "cbam"]
+    cbam = yaml.safe_load((tmp_path / "rt" / "variants" / "cbam.yaml").read_text())
+    rows = cbam["backbone"]
+    assert [rows[i - 1][2] for i, r in enumerate(rows) if r[2] == "CBAM"] == ["HGBlock"] * 4
+    assert cbam["head"][-1][0] == [23, 26, 29] and cbam["head"][-1][2] == "RTDETRDecoder"
+    model = build_detector(str(tmp_path / "rt" / "variants" / "cbam.yaml"), scale="s", num_classes=10)
+    assert model.task == "rtdetr" and sum(type(m).__name__.endswith("CBAM") for m in model.model) == 4
+
+
 @pytest.mark.parametrize("args,message", [
     (["--blocks", "none,CBMA"], "not an attention block; did you mean CBAM?"),
     (["--blocks", "SE", "--sites", "C3"], "no row of that module"),

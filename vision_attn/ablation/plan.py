@@ -42,8 +42,11 @@ SITES = ("backbone", "neck", "all")
 """Named sites; anything else is a row pattern: row indices (``4,6``) or a module name (``C2f``) for a
 detector, a module name glob (``layer*.0``) or type for a classifier."""
 _SECTION = {"backbone": "backbone", "neck": "head", "all": "all"}  # ultralytics YAMLs keep the neck in `head`
-_NOT_A_STAGE = {"Conv", "DWConv", "GhostConv", "nn.ConvTranspose2d", "SPP", "SPPF", "SPPELAN", "ADown", "AConv", "SCDown"}
-"""Convolution rows that are single layers, pooling or downsampling, not the stage blocks attention follows."""
+_NOT_A_STAGE = {"Conv", "DWConv", "GhostConv", "nn.ConvTranspose2d", "SPP", "SPPF", "SPPELAN", "ADown", "AConv", "SCDown",
+                "HGStem"}
+"""Convolution rows that are single layers, pooling, downsampling or a stem, not the stage blocks attention follows."""
+_STAGE_KINDS = ("conv", "hgnet", "resnet")
+"""The registry's kinds of convolution rows: YOLO's, RT-DETR's HGNet (HGBlock) and ResNet (ResNetLayer) backbones."""
 
 
 @dataclass(frozen=True)
@@ -164,9 +167,10 @@ def _blocks(blocks: Sequence[str], task: str) -> list[str]:
 
 
 def _is_stage(module: str) -> bool:
-    """A stage block of convolutions (by the registry's kind: no attention, head, concat or upsample row)."""
+    """A stage block of convolutions (by the registry's kind: no attention, encoder, head, concat or
+    upsample row)."""
     spec = MODULES.get(module)
-    return spec is not None and spec.kind == "conv" and module not in _NOT_A_STAGE
+    return spec is not None and spec.kind in _STAGE_KINDS and module not in _NOT_A_STAGE
 
 
 def _default_after(rows: list[list[Any]], section: str, n_backbone: int) -> str:
