@@ -90,7 +90,10 @@ def test_detector_graph_decodes_boxes(tmp_path):
 
 def test_detector_with_nms_matches_postprocess(tmp_path):
     """NMS inside the graph (TorchScript exporter, one image): the same detections as
-    vision_attn.models.yolo.postprocess (conf 0: every anchor is a candidate, so NMS really prunes)."""
+    vision_attn.models.yolo.postprocess (conf 0: every anchor is a candidate, so NMS really prunes) of
+    the same network exported without NMS, run in onnxruntime: both NMS see the same numbers (PyTorch's
+    own output differs by float rounding, which can flip a near-tie of the IoU test); PyTorch's
+    detections are compared too, allowing for such a flip."""
     from vision_attn.export.nms import DetectorWithNMS
     from vision_attn.export.sample import letterbox_input
     from vision_attn.models.yolo.postprocess import postprocess
@@ -102,8 +105,12 @@ def test_detector_with_nms_matches_postprocess(tmp_path):
     export_onnx(model, path, dep.input_size, exporter="torchscript", output_names=["detections"])
     x = letterbox_input((128, 128))
     out = run_onnx(onnx_session(path), x)[0]
+    plain = tmp_path / "plain.onnx"
+    export_onnx(dep.model, plain, dep.input_size, exporter="torchscript", output_names=["boxes_scores"])
+    ref = postprocess(run_onnx(onnx_session(plain), x)[0], conf=0.0, iou=0.5)[0]
     with torch.no_grad():
-        ref = postprocess(dep.model(x), conf=0.0, iou=0.5)[0]
+        eager = postprocess(dep.model(x), conf=0.0, iou=0.5)[0]
+    assert abs(len(eager) - len(ref)) <= 2 and (eager.boxes[0] - ref.boxes[0]).abs().max() <= 1e-2  # the best box
     anchors = sum((128 // s) ** 2 for s in (8, 16, 32))
     assert 0 < len(ref) < anchors  # NMS removed boxes
     assert out.shape == (len(ref), 6)
