@@ -8,19 +8,22 @@ For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weigh
   training step (relative to timm's largest gradient per tensor);
 - inference at bf16 autocast, eager and torch.compile, ours and timm alternating in one process
   (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
-  model FLOP utilisation against a bf16 matrix-multiply peak measured at the start;
-then:
+  model FLOP utilisation against a bf16 matrix-multiply peak measured at the start (last);
+and:
 - ``train cls`` (the digits demo, configs/train/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
   demo:digit-boxes, configs/train/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
   for ``--train-steps`` steps each, bf16-mixed, eager and with ``--model.compile``;
-- the loader against the model: images/s of the image-folder train pipeline at 224 px (JPEG photos,
-  PIL decoding and the train augmentations in ``--workers`` processes, default: all CPUs) against
-  images/s of AdamW training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and, when the
-  loader is the slower, of :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's
-  JPEGs decoded by ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
+- the loader against the model (first, since no earlier GPU run recorded it): images/s of the data
+  module's image-folder train loader at 224 px (JPEG photos, reduced-size decoding and the recipes'
+  augmentations in ``--workers`` processes, default: all CPUs; ``data.normalize`` device and loader,
+  each batch copied to the GPU and normalised as the data module does) against images/s of AdamW
+  training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and of
+  :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's JPEGs decoded by
+  ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
 Prints Markdown tables and writes gpu_check.json to --out (default: $OUT if set, else the current
-folder). ``--dry-run`` runs every step on the CPU with ViT-Ti instead of ViT-B, batch 1, one round,
-two Lightning steps, a few images, the device decoder on the CPU, and no torch.compile (minutes of
+folder) after every phase, so that a run stopped at a time limit keeps what it measured.
+``--dry-run`` runs every step on the CPU with ViT-Ti instead of ViT-B, batch 1, one round, two
+Lightning steps, a few images, the device decoder on the CPU, and no torch.compile (minutes of
 compiling on a CPU), to check the script itself.
 """
 from __future__ import annotations
@@ -41,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import vision_attn  # noqa: E402
-from bench_data import make_photos, pipeline_rate  # noqa: E402
+from bench_data import make_photos, normalize_rate  # noqa: E402
 from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin  # noqa: E402
 from vision_attn.analysis.tables import to_markdown  # noqa: E402
 
@@ -102,9 +105,9 @@ def lightning_steps(task: str, device: str, steps: int, runs_dir: str, compile: 
 
 def loader_against_model(device: str, workers: int, images: int, batch: int, models: list[str],
                          decode_batches: int, peak: float, model_size: int = 224) -> dict:
-    """Images/s of the train pipeline at 224 px (``workers`` processes) against those of bf16 AdamW
-    training steps of ``models`` at ``model_size`` px; and of the device decoder when the loader is the
-    slower."""
+    """Images/s of the data module's train loader at 224 px (``workers`` processes; ``data.normalize``
+    device and loader, batches copied to ``device``) against those of bf16 AdamW training steps of
+    ``models`` at ``model_size`` px; and of the device decoder (the batch's JPEGs decoded there)."""
     from torchvision.io import read_file
 
     from vision_attn.data.device_decode import DeviceDecodeAugment
@@ -112,7 +115,8 @@ def loader_against_model(device: str, workers: int, images: int, batch: int, mod
     out: dict = {"workers": workers, "images": images, "batch": batch}
     with tempfile.TemporaryDirectory() as tmp:
         samples = make_photos(Path(tmp), images)
-        out["loader"] = pipeline_rate(samples, workers, batch, epochs=1)
+        out["loader"] = {mode: normalize_rate(samples, mode, workers, batch, epochs=2, device=device)
+                         for mode in ("device", "loader")}
         rates = {}
         for name in models:
             (r,) = benchmark_models({name: vision_attn.create_model(name, img_size=model_size)}, batch=batch,
@@ -122,18 +126,18 @@ def loader_against_model(device: str, workers: int, images: int, batch: int, mod
                                     iters=5 if device == "cuda" else 1, warmup=2 if device == "cuda" else 1)
             rates[name] = r.throughput
         out["model_img_per_s"] = rates
-        out["loader_is_bottleneck"] = out["loader"]["images_per_s"] < max(rates.values())
-        if out["loader_is_bottleneck"] or device == "cpu":
-            files = [read_file(p) for p, _ in samples]
-            aug = DeviceDecodeAugment(224, device)
-            chunks = [files[i:i + batch] for i in range(0, len(files) - batch + 1, batch)]
-            aug(chunks[0])  # warm-up: the decoder's handles, the kernels
-            _sync(device)
-            start, n = time.perf_counter(), 0
-            for i in range(decode_batches):
-                n += aug(chunks[i % len(chunks)]).shape[0]
-            _sync(device)
-            out["device_decode_img_per_s"] = n / (time.perf_counter() - start)
+        best = max(v["images_per_s"] for v in out["loader"].values())
+        out["loader_is_bottleneck"] = best < max(rates.values())
+        files = [read_file(p) for p, _ in samples]
+        aug = DeviceDecodeAugment(224, device)
+        chunks = [files[i:i + batch] for i in range(0, len(files) - batch + 1, batch)]
+        aug(chunks[0])  # warm-up: the decoder's handles, the kernels
+        _sync(device)
+        start, n = time.perf_counter(), 0
+        for i in range(decode_batches):
+            n += aug(chunks[i % len(chunks)]).shape[0]
+        _sync(device)
+        out["device_decode_img_per_s"] = n / (time.perf_counter() - start)
     return out
 
 
@@ -170,8 +174,45 @@ def main() -> None:
     peak = matmul_peak(device, "bf16", n=256 if args.dry_run else None)  # a CPU without bf16 instructions: slow
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
             "torch": torch.__version__, "timm": timm.__version__, "bf16_matmul_peak_tflops": peak / 1e12}
-    print(json.dumps(info))
-    checks, results = {}, []
+    print(json.dumps(info), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    report: dict = {"info": info, "checks": {}, "results": [], "training": [], "loader": {}}
+
+    def save() -> None:  # after every phase: a run stopped at its time limit keeps what it measured
+        with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
+            json.dump(report, f, indent=1)
+
+    # the loader first: it is the figure no earlier GPU run recorded
+    loader_models = ["vit_tiny_patch16_224"] if args.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
+    loader = report["loader"] = loader_against_model(
+        device, args.workers, args.images, args.loader_batch, loader_models,
+        decode_batches=2 if args.dry_run else 16, peak=peak,
+        model_size=args.img_size if args.dry_run else 224)  # bf16 is emulated on most CPUs
+    lrows = [[f"data module's train loader, data.normalize {mode}, {v['workers']} workers, to {v['device']}",
+              f"{v['images_per_s']:.0f}"] for mode, v in loader["loader"].items()]
+    lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
+    lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
+                  f"{loader['device_decode_img_per_s']:.0f}"])
+    print("\n" + to_markdown(["224 px", "images/s"], lrows), flush=True)
+    info["seconds_loader"] = round(time.time() - t0, 1)
+    save()
+
+    train = report["training"]
+    with tempfile.TemporaryDirectory() as runs:
+        for task in ("cls", "det"):
+            for compiled in ([False] if args.dry_run else [False, True]):
+                t = lightning_steps(task, device, args.train_steps, runs, compiled,
+                                    workers=0 if args.dry_run else min(args.workers, 8))
+                t["mfu"] = 3 * 2e9 * t["gmacs_per_image"] * t["img_per_s"] / peak
+                train.append(t)
+                save()
+    print("\n" + to_markdown(
+        ["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
+        [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
+          f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train]), flush=True)
+    info["seconds_training"] = round(time.time() - t0, 1)
+
+    checks, results = report["checks"], []
     for name in args.models.split(","):
         checks[name] = parity(name, args.img_size, device)
         for compiled in ([False] if args.dry_run else [False, True]):
@@ -182,46 +223,20 @@ def main() -> None:
                                         precision="bf16", compile=compiled, rounds=args.rounds, iters=args.iters,
                                         warmup=1 if args.dry_run else 3,
                                         peak_flops=peak, pairs={name: f"timm {name}"})
+            report["results"] = [r.to_dict() for r in results]
+            save()
             del models
             if device == "cuda":
                 torch.cuda.empty_cache()
-    info["seconds_models"] = round(time.time() - t0, 1)
-    train = []
-    with tempfile.TemporaryDirectory() as runs:
-        for task in ("cls", "det"):
-            for compiled in ([False] if args.dry_run else [False, True]):
-                train.append(lightning_steps(task, device, args.train_steps, runs, compiled,
-                                             workers=0 if args.dry_run else min(args.workers, 8)))
-    for t in train:
-        t["mfu"] = 3 * 2e9 * t["gmacs_per_image"] * t["img_per_s"] / peak
-    info["seconds_training"] = round(time.time() - t0, 1)
-    loader_models = ["vit_tiny_patch16_224"] if args.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
-    loader = loader_against_model(device, args.workers, args.images, args.loader_batch, loader_models,
-                                  decode_batches=2 if args.dry_run else 16, peak=peak,
-                                  model_size=args.img_size if args.dry_run else 224)  # bf16 is emulated on most CPUs
-    info["seconds_total"] = round(time.time() - t0, 1)
-
     print(json.dumps(checks, indent=1))
     rows = [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
              f"{r.peak_memory_mb:.0f}", f"{100 * r.mfu:.1f}%", "" if r.ratio is None else f"{r.ratio:.3f}"]
             for r in results]
     print("\n" + to_markdown(["model", "mode", "batch", "img/s (bf16)", "latency ms", "peak MiB", "MFU", "vs timm"],
                              rows))
-    print("\n" + to_markdown(
-        ["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
-        [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
-          f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train]))
-    lrows = [[f"image-folder loader, {loader['workers']} workers (PIL + augmentations)", f"{loader['loader']['images_per_s']:.0f}"]]
-    lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
-    if "device_decode_img_per_s" in loader:
-        lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
-                      f"{loader['device_decode_img_per_s']:.0f}"])
-    print("\n" + to_markdown(["224 px", "images/s"], lrows))
+    info["seconds_total"] = round(time.time() - t0, 1)
+    save()
     print(f"total {time.time() - t0:.0f} s")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-        json.dump({"info": info, "checks": checks, "results": [r.to_dict() for r in results], "training": train,
-                   "loader": loader}, f, indent=1)
 
 
 if __name__ == "__main__":
