@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from vision_attn.tasks.runs import Runtime
 
-CHOICES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+CHOICES = ("torch", "torch-frozen", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
 CALIBRATED = ("onnxruntime-qdq", "openvino-int8")  # export.runtimes.CALIBRATED, here so --help imports no torch
 
 
@@ -29,7 +29,8 @@ def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> Non
     int8 = ("onnxruntime-int8 (dynamic), onnxruntime-qdq (static QDQ) or openvino-int8 (NNCF's static INT8), the "
             "static ones calibrated on the data's training images") if calibrates else "onnxruntime-int8 (dynamic INT8)"
     p.add_argument("--runtime", choices=choices, default="torch",
-                   help=f"run the network in PyTorch (default), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
+                   help=f"run the network in PyTorch (default), in PyTorch frozen for inference (torch-frozen: linear "
+                   f"weights kept in oneDNN's layout), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
                    "the export is made in a temporary folder and its inputs are squares of the run's image size")
 
 

@@ -114,12 +114,14 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("models", nargs="+", metavar="MODEL", help="registered model names (or detector YAMLs, runs)")
     p.add_argument("--batch", default="1", help="batch sizes, comma-separated (default 1), e.g. 1,8")
     p.add_argument("--img-size", type=int, default=None, help="square image size (default: the model's own)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast for torch, bfloat16 weights for torch-frozen, the bf16 hint for "
+                   "openvino (default fp32)")
     p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")
     p.add_argument("--runtime", default="torch", metavar="NAMES",
-                   help="runtimes, comma-separated: torch (default), onnxruntime, openvino (pip install openvino), "
+                   help="runtimes, comma-separated: torch (default), torch-frozen (the model readied once for "
+                   "inference: weights cast, linear weights in oneDNN's layout), onnxruntime, openvino (pip install openvino), "
                    "onnxruntime-int8 (dynamic INT8), onnxruntime-qdq (static QDQ INT8), openvino-int8 (NNCF's static "
                    "INT8; pip install nncf), the static ones calibrated on random inputs (for speed); each an export "
                    "of the same model, timed alternating with the others (CPU inference; bf16: OpenVINO's bf16 hint)")

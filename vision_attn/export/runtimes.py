@@ -11,9 +11,13 @@ INT8 graph of ``export quantize``; ``onnxruntime-qdq`` onnxruntime's static INT8
 quantize --static``) and ``openvino-int8`` NNCF's static INT8 IR, both with activation ranges
 calibrated on the ``calibration`` batches (``eval``: the data's training images), else on random
 inputs (the same kernels and speed as a model calibrated on real images, for ``benchmark``).
+``torch-frozen`` is no export: a copy of the model readied once by :func:`vision_attn.kernels.freeze`
+(weights in the precision, linear weights in oneDNN's layout), run eagerly on inputs cast to the
+precision, its outputs returned in float32.
 """
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,16 +25,19 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
 from vision_attn.export.outputs import graph_outputs, one_or_tuple
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
+from vision_attn.kernels import freeze
 
 __all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
 
-RUNTIMES = ("torch", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+RUNTIMES = ("torch", "torch-frozen", "onnxruntime", "openvino", "onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 INT8 = ("onnxruntime-int8", "onnxruntime-qdq", "openvino-int8")
 CALIBRATED = ("onnxruntime-qdq", "openvino-int8")  # static INT8: activation ranges from calibration batches
 
@@ -76,7 +83,11 @@ class RuntimeModel(nn.Module):
             gen = torch.Generator().manual_seed(0)
             calibration = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
         outputs = graph_outputs(model)
-        if runtime.startswith("onnxruntime"):
+        if runtime == "torch-frozen":
+            dtype = DTYPES[precision]
+            frozen = freeze(copy.deepcopy(model), dtype)
+            self._run = lambda x: _run_frozen(frozen, x, dtype)
+        elif runtime.startswith("onnxruntime"):
             file = path.with_suffix(".onnx")
             export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)
             if runtime == "onnxruntime-int8":
@@ -104,3 +115,11 @@ class RuntimeModel(nn.Module):
 
     def __del__(self) -> None:
         shutil.rmtree(getattr(self, "_folder", ""), ignore_errors=True)
+
+
+def _run_frozen(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """A frozen model's outputs in float32 for a float32 input, outside any caller's autocast (which
+    would cast some of its bf16 ops back to float32)."""
+    with torch.inference_mode(), torch.autocast(x.device.type, enabled=False):
+        out = model(x.to(dtype))
+    return tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)

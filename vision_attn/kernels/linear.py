@@ -18,14 +18,14 @@ and forward-mode AD. Everywhere else, and under the ``"aten"`` plan, it is ``F.l
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.kernels.capture import autograd_transforms_active, capturing_graph, fx_tracing
-from vision_attn.kernels.onednn import DTYPES, onednn_linear
+from vision_attn.kernels.onednn import DTYPES, onednn_linear, onednn_pack
 from vision_attn.kernels.plan import LinearKernels, current_plan
 
 __all__ = ["FusedLinear", "fused_linear", "linear_act"]
@@ -78,9 +78,11 @@ def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
 
 
 def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                 gelu: str | None = None) -> torch.Tensor:
+                 gelu: str | None = None, packed: Callable[[], torch.Tensor | None] | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` over the last dimension, followed by ``F.gelu(.., approximate=gelu)``
-    when ``gelu`` is ``"none"`` or ``"tanh"``; on the CPU through the kernels of the current plan."""
+    when ``gelu`` is ``"none"`` or ``"tanh"``; on the CPU through the kernels of the current plan.
+    ``packed``: where inference takes oneDNN's kernel, gives ``weight`` already in oneDNN's layout
+    (a frozen :class:`FusedLinear`'s copy; None: reorder it in the call)."""
     plan = current_plan()
     # torch.fx proxies (a caller that fx did not wrap), torch.func transforms and forward-mode AD
     # (which neither the oneDNN op nor the Function defines): the standard ops, before any self-check
@@ -103,6 +105,9 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     with autocast:
         if training:
             return _Linear.apply(x, weight, bias, gelu, choice.linear, macs)
+        ready = packed() if packed is not None else None
+        if ready is not None and ready.dtype == x.dtype:
+            weight = ready
         return onednn_linear(x, weight, bias, "gelu" if gelu is not None else "none", gelu or "")
 
 
@@ -111,10 +116,39 @@ torch.fx.wrap("fused_linear")  # torch.fx: one leaf node that chooses its kernel
 
 class FusedLinear(nn.Linear):
     """``nn.Linear`` whose forward runs :func:`fused_linear`: the same parameters, initialisation,
-    state-dict keys and ``repr``; only the CPU kernel may differ (the plan's)."""
+    state-dict keys and ``repr``; only the CPU kernel may differ (the plan's).
+
+    :meth:`freeze` (for inference, see :func:`~vision_attn.kernels.freeze`): the layer keeps its weight
+    packed in oneDNN's layout after the first inference call that takes oneDNN's kernel, instead of
+    the kernel reordering it in every call. The copy is a plain attribute (not a buffer: never in the
+    state dict), made again when the weight changes (another tensor, or an in-place write that
+    autograd counts; not a write through ``.data``), and never used in training."""
+
+    _packed: dict[str, tuple[tuple[int, int, torch.dtype], torch.Tensor]] | None = None  # None: not frozen
+
+    def freeze(self) -> None:
+        """Keep oneDNN's packed copies of the weight from now on."""
+        self._packed = {}
+
+    def packed_weight(self, layout: str = "plain",
+                      make: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """The weight in oneDNN's layout (``make(weight)`` first, for a ``layout`` other than the weight
+        as it is: a reordering of its rows), packed once while the weight is unchanged; None when the
+        layer is not frozen."""
+        if self._packed is None:
+            return None
+        w = self.weight
+        key = (w.data_ptr(), w._version, w.dtype)
+        hit = self._packed.get(layout)
+        if hit is None or hit[0] != key:
+            with torch.no_grad():
+                src = (make(w) if make is not None else w).detach().contiguous()
+                hit = (key, onednn_pack(src))
+            self._packed[layout] = hit
+        return hit[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return fused_linear(x, self.weight, self.bias)
+        return fused_linear(x, self.weight, self.bias, packed=self.packed_weight if self._packed is not None else None)
 
 
 def _hooked(module: nn.Module) -> bool:
@@ -127,5 +161,6 @@ def linear_act(layer: nn.Module, x: torch.Tensor, act: nn.Module) -> torch.Tenso
     ``act`` an ``nn.GELU``. Any other layer (a quantized or adapter-wrapped one, a subclass with its
     own forward) or a hooked one is called as a module, and so is the activation."""
     if (type(layer) is FusedLinear and type(act) is nn.GELU and not _hooked(layer) and not _hooked(act)):
-        return fused_linear(x, layer.weight, layer.bias, act.approximate)
+        packed = layer.packed_weight if layer._packed is not None else None
+        return fused_linear(x, layer.weight, layer.bias, act.approximate, packed=packed)
     return act(layer(x))

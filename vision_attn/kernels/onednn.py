@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from vision_attn.kernels.timing import self_check_context
 
-__all__ = ["onednn_linear", "onednn_works", "PRODUCTS", "agrees", "FLOP_FORMULAS"]
+__all__ = ["onednn_linear", "onednn_pack", "onednn_works", "PRODUCTS", "agrees", "FLOP_FORMULAS"]
 
 DTYPES = (torch.float32, torch.bfloat16)
 
@@ -28,6 +28,13 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """oneDNN's matmul: ``attr(x @ weight.T + bias)`` over the last dimension of ``x`` (attr
     ``"none"`` or ``"gelu"`` with algorithm ``"none"`` or ``"tanh"``)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (N, K) reordered once into oneDNN's blocked layout for :func:`onednn_linear` (an opaque
+    ``torch._mkldnn`` tensor; any number of rows M): what torch.compile's freezing does to a linear
+    layer's weight, so that the matmul primitive does not reorder it in every call."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
 
 def agrees(out: torch.Tensor, ref: torch.Tensor, fp32_tol: float = 1e-5, bf16_tol: float = 1e-2) -> bool:

@@ -294,9 +294,14 @@ class WindowAttention(nn.Module):
         """The qkv projection of ``x`` (..., C) with its output features in (head, q/k/v, d) order
         instead of the weight's (q/k/v, head, d): (..., 3C)."""
         h, d, C = self.num_heads, self.head_dim, self.dim
-        w = self.qkv.weight.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
+
+        def by_head(w: torch.Tensor) -> torch.Tensor:
+            return w.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
+
         b = self.qkv_bias()
-        return fused_linear(x, w, b.view(3, h, d).transpose(0, 1).reshape(3 * C) if b is not None else None)
+        packed = (lambda: self.qkv.packed_weight("by_head", by_head)) if self.qkv._packed is not None else None
+        return fused_linear(x, by_head(self.qkv.weight), b.view(3, h, d).transpose(0, 1).reshape(3 * C)
+                            if b is not None else None, packed=packed)
 
     def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
         """Packed (B, N, nW*heads, 3, d) -> what the kernel takes, which divides q kᵀ by √d: as it is here."""
