@@ -27,9 +27,9 @@ def test_the_commands_offer_the_runtimes_export_has():
 def test_eval_cls_in_every_runtime(tmp_path, capsys):
     ckpt = str(classifier_checkpoint(tmp_path / "best.ckpt"))
     reports = {rt: _eval(capsys, "cls", "--checkpoint", ckpt, "--data", "demo:digits", "--runtime", rt)
-               for rt in ("torch", "onnxruntime", "openvino", "onnxruntime-qdq", "openvino-int8")}
+               for rt in ("torch", "torch-frozen", "onnxruntime", "openvino", "onnxruntime-qdq", "openvino-int8")}
     assert reports["torch"]["images"] == 359 and reports["torch"]["top1"] > 0  # an untrained ViT: about 1 in 10
-    for rt in ("onnxruntime", "openvino"):  # FP32 elsewhere: the same predictions
+    for rt in ("torch-frozen", "onnxruntime", "openvino"):  # FP32 elsewhere: the same predictions
         assert reports[rt]["confusion"] == reports["torch"]["confusion"] and reports[rt]["runtime"] == rt
     for rt in ("onnxruntime-qdq", "openvino-int8"):  # static INT8, calibrated on the digits' training images
         assert abs(reports[rt]["top1"] - reports["torch"]["top1"]) < 0.05 and reports[rt]["images"] == 359
