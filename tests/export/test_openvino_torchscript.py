@@ -111,7 +111,7 @@ def test_benchmark_times_every_runtime_of_one_model_side_by_side(capsys):
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "onnxruntime", "--precision", "bf16"]) == 2
     assert "onnxruntime runs fp32 only here" in capsys.readouterr().err
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "tensorrt"]) == 2
-    assert ("choose from torch, onnxruntime, openvino, onnxruntime-int8, onnxruntime-qdq, openvino-int8"
+    assert ("choose from torch, torch-frozen, onnxruntime, openvino, onnxruntime-int8, onnxruntime-qdq, openvino-int8"
             in capsys.readouterr().err)
     assert main(["benchmark", "vit_tiny_patch16_224", "--runtime", "openvino-int8", "--precision", "bf16"]) == 2
     assert "use --precision fp32" in capsys.readouterr().err
