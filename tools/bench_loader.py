@@ -13,6 +13,11 @@ that long); each figure is the median of ``--rounds`` rounds, in images per seco
   uint8 to the normalisation, OpenCV's JPEG decoder: the default); ``ours (full decode)``: the same
   with ``reduce=False``; ``ours (pil)``: with PIL's JPEG decoder (``decoder="pil"``); ``before``:
   the albumentations Compose on today's decoded array (what training ran before file_transforms);
+  ``ours, augment on device``: what the workers do under ``data.augment: device`` (decode, crop,
+  flip, to a uint8 tensor: the same for ``on`` and ``off``), the colour jitter, RandAugment and
+  erasing left to :class:`~vision_attn.data.device_augment.DeviceAugment` on the training device,
+  timed apart on this CPU (one thread, batches of 32); ``eval: ours, normalize on device``: the
+  eval pipeline to uint8 (``data.normalize: device``, the default);
 - ``timm``: ``timm.data.transforms_imagenet_train`` (what ``create_transform(is_training=True)``
   calls) with equal settings: bicubic RandomResizedCrop (0.08-1, 3/4-4/3), flip 0.5, colour jitter
   0.4 with probability 0.8 (``force_color_jitter``: timm turns it off under RandAugment unless told),
@@ -106,12 +111,47 @@ def pipelines(size: int) -> tuple[dict[str, Callable[[str], object]], dict[str, 
         out[f"train {tag}: timm"] = lambda p, t=timm_tf: t(_timm_read(p))
     ev, ev_before = EvalFileTransform(eval_transforms(size)), eval_transforms(size)
     timm_ev = create_transform(size, is_training=False, crop_pct=0.875, interpolation="bicubic")
+    # data.augment: device: the workers decode, crop and flip, to uint8; the rest runs on the batch
+    # where it is (device_cost times it on this CPU)
+    loader_part = TrainFileTransform(train_transforms(size, color_jitter=0.0, seed=0), normalize_on="device")
+    out["train on: ours, augment on device"] = loader_part.read
+    out["train off: ours, augment on device"] = loader_part.read
     out["eval: ours"] = ev.read
+    out["eval: ours, normalize on device"] = EvalFileTransform(eval_transforms(size), normalize_on="device").read
     out["eval: ours (pil)"] = EvalFileTransform(eval_transforms(size), decoder="pil").read
     out["eval: before"] = lambda p: ev_before(image=_old_load(p))["image"]
     out["eval: timm"] = lambda p: timm_ev(_timm_read(p))
-    ours = {"train on": out["train on: ours"].__self__, "train off": out["train off: ours"].__self__, "eval": ev}
+    ours = {"train on": out["train on: ours"].__self__, "train off": out["train off: ours"].__self__, "eval": ev,
+            "augment on device": loader_part}
     return out, ours
+
+
+def device_cost(size: int, rounds: int, batch: int = 32) -> dict[str, float]:
+    """Images/s of DeviceAugment (the part of data.augment: device that leaves the workers) on this
+    CPU, one thread, batches of ``batch``: ``on``: jitter 0.4, rand-m9-n2, erasing 0.25; ``off``:
+    jitter only; ``normalize``: the normalisation alone (normalize: device)."""
+    from vision_attn.data.device_augment import DeviceAugment
+
+    _one_thread()
+    images = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
+    fns = {"on": DeviceAugment(color_jitter=0.4, rand_augment=2, random_erasing=0.25),
+           "off": DeviceAugment(color_jitter=0.4)}
+    out = {}
+    for name, aug in fns.items():
+        aug(images, 0)
+        rates = []
+        for r in range(rounds):
+            start = time.perf_counter()
+            for k in range(4):
+                aug(images, r * 4 + k)
+            rates.append(4 * batch / (time.perf_counter() - start))
+        out[name] = round(statistics.median(rates), 1)
+    pixels = fns["on"].pixels
+    start = time.perf_counter()
+    for _ in range(8):
+        pixels(images)
+    out["normalize"] = round(8 * batch / (time.perf_counter() - start), 1)
+    return out
 
 
 def per_core(paths: list[str], size: int, rounds: int) -> dict[str, dict]:
@@ -168,13 +208,17 @@ def loader_rates(paths: list[str], size: int, workers: int, passes: int) -> dict
     fns, ours = pipelines(size)
     samples = [(p, 0) for p in paths]
     loaders = {}
+
+    def ours_loader(transform):
+        return make_loader(ImageFolder(samples, ["0"], transform), 32, train=transform is not ours["eval"],
+                           num_workers=workers, persistent_workers=True, pin_memory=False, drop_last=False, seed=0)
+
     for name in ("train on", "train off", "eval"):
-        loaders[f"{name}: ours"] = make_loader(ImageFolder(samples, ["0"], ours[name]), 32, train=name != "eval",
-                                               num_workers=workers, persistent_workers=True, pin_memory=False,
-                                               drop_last=False, seed=0)
+        loaders[f"{name}: ours"] = ours_loader(ours[name])
         loaders[f"{name}: timm"] = torch.utils.data.DataLoader(
             _Files(paths, fns[f"{name}: timm"]), batch_size=32, num_workers=workers, persistent_workers=True,
             worker_init_fn=lambda _: _one_thread(), prefetch_factor=4)
+    loaders["train: ours, augment on device"] = ours_loader(ours["augment on device"])
     names = list(loaders)
     rates: dict[str, list[float]] = {n: [] for n in names}
     for n in names:  # warm-up: start the workers
@@ -209,6 +253,7 @@ def main() -> None:
             file_size = img.size
         result = {"size": args.size, "images": args.images, "file_size": list(file_size),
                   "per_core": per_core(paths, args.size, args.rounds),
+                  "device_augment_on_this_cpu": device_cost(args.size, args.rounds),
                   "loader": {str(w): loader_rates(paths, args.size, w, args.passes) for w in args.workers},
                   "cpus": os.cpu_count(), "torch": torch.__version__}
     if args.json:
@@ -219,8 +264,10 @@ def main() -> None:
           f"median of {args.rounds} alternating rounds (images/s; ratios: medians of the per-round ratios):")
     for name, r in rates.items():
         vs_timm = f"{r['x_timm']:4.2f}x timm" if "x_timm" in r else " " * 10
-        print(f"  {name:30s} {r['images_per_s']:8.1f}  {vs_timm}  {r['x_decode']:4.2f}x decode-only")
+        print(f"  {name:36s} {r['images_per_s']:8.1f}  {vs_timm}  {r['x_decode']:4.2f}x decode-only")
     print(f"  decode factors (ours): {result['per_core']['decode_factors']}")
+    print("  DeviceAugment on this CPU, one thread, batch 32 (images/s; on a GPU it runs beside the model): "
+          + ", ".join(f"{k} {v}" for k, v in result["device_augment_on_this_cpu"].items()))
     for w, r in result["loader"].items():
         print(f"DataLoader, {w} worker(s), batch 32: " + ", ".join(f"{k} {v}" for k, v in r.items()))
 

@@ -26,6 +26,7 @@ from vision_attn.data import (
     materialise,
     train_transforms,
 )
+from vision_attn.data.device_augment import AUGMENT_ON, DeviceAugment, batch_seed
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
 from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
@@ -64,6 +65,11 @@ class ClassificationDataModule(ResumableDataModule):
             the loader as uint8 (a quarter of float32's bytes through the workers, the pinned memory
             and the copy to the GPU) and are normalised on the training device; ``"loader"``: in the
             loader workers, as float32. The same float32 operations either way: the same training.
+        augment: where colour jitter, RandAugment and random erasing run: ``"loader"``: in the loader
+            workers, per image (albumentations); ``"device"``: on each training batch once it is on
+            the training device (:class:`~vision_attn.data.device_augment.DeviceAugment`: the same
+            operations and distributions, the workers left to decode, crop and flip; needs
+            ``normalize="device"``). For a GPU whose loader cannot keep up.
         num_workers: loader processes (0: load in the training process).
         persistent_workers: keep the workers between epochs.
         pin_memory: page-locked batches (None: when CUDA is available).
@@ -92,6 +98,7 @@ class ClassificationDataModule(ResumableDataModule):
         std: tuple[float, float, float] | None = None,
         interpolation: Literal["nearest", "bilinear", "bicubic", "area", "lanczos"] = "bicubic",
         normalize: Literal["device", "loader"] = "device",
+        augment: Literal["loader", "device"] = "loader",
         num_workers: int = 2,
         persistent_workers: bool = True,
         pin_memory: bool | None = None,
@@ -104,8 +111,18 @@ class ClassificationDataModule(ResumableDataModule):
         if normalize not in NORMALIZE_ON:
             raise ConfigError(f"data.normalize={normalize!r}: choose one of {', '.join(NORMALIZE_ON)} (where the "
                               "images are normalised: on the training device, or in the loader)")
+        if augment not in AUGMENT_ON:
+            raise ConfigError(f"data.augment={augment!r}: choose one of {', '.join(AUGMENT_ON)} (where colour "
+                              "jitter, RandAugment and random erasing run)")
+        if augment == "device" and normalize != "device":
+            raise ConfigError("data.augment=device augments the uint8 batch on the device: set data.normalize: "
+                              "device too")
         self.save_hyperparameters()
         self.pixels = PixelNormalize(mean, std)  # what on_after_batch_transfer does to a uint8 batch
+        # augment="device": what on_after_batch_transfer does to a training batch instead
+        self.augmenter = DeviceAugment(color_jitter=color_jitter, rand_augment=rand_augment,
+                                       rand_augment_magnitude=rand_augment_magnitude, random_erasing=random_erasing,
+                                       interpolation=interpolation, mean=mean, std=std) if augment == "device" else None
         self.splits: ClassificationSplits | ShardSplits | None = None
         self.train_set: ImageFolder | ShardDataset | None = None
         self.val_set: ImageFolder | ShardDataset | None = None
@@ -140,10 +157,12 @@ class ClassificationDataModule(ResumableDataModule):
     def setup(self, stage: str | None = None) -> None:
         splits = self.scan()
         hp = self.hparams
+        on_loader = self.augmenter is None  # else the workers decode, crop and flip; the rest is on the device
         train_tf = train_transforms(hp.img_size, scale=hp.scale, ratio=hp.ratio, hflip=hp.hflip,
-                                    color_jitter=hp.color_jitter, rand_augment=hp.rand_augment,
+                                    color_jitter=hp.color_jitter if on_loader else 0.0,
+                                    rand_augment=hp.rand_augment if on_loader else 0,
                                     rand_augment_magnitude=hp.rand_augment_magnitude,
-                                    random_erasing=hp.random_erasing, mean=hp.mean, std=hp.std,
+                                    random_erasing=hp.random_erasing if on_loader else 0.0, mean=hp.mean, std=hp.std,
                                     interpolation=hp.interpolation, seed=hp.seed)
         # from the file: the crop drawn on the header's size, a JPEG decoded at reduced size where the
         # crop allows (data/file_transforms.py); a full-size decode gives the Compose's tensor bit for bit
@@ -177,10 +196,18 @@ class ClassificationDataModule(ResumableDataModule):
         return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """A uint8 batch (``normalize="device"``) normalised where it is now, on the training device;
-        a float32 batch (normalised in the loader) as it is. Lightning calls this for the data module."""
+        """A uint8 batch (``normalize="device"``) normalised where it is now, on the training device
+        (a training batch augmented first under ``augment="device"``, seeded by its position: see
+        :func:`~vision_attn.data.device_augment.batch_seed`); a float32 batch (normalised in the
+        loader) as it is. Lightning calls this for the data module."""
         images, labels = batch
-        images = self.pixels(images)
+        trainer = self.trainer
+        if self.augmenter is not None and trainer is not None and trainer.training:
+            batch_index = int(trainer.fit_loop.epoch_loop.batch_progress.current.completed)
+            seed = batch_seed(self.hparams.seed, trainer.global_rank, trainer.current_epoch, batch_index)
+            images = self.augmenter(images, seed)
+        else:
+            images = self.pixels(images)
         if self.trainer is not None:  # the precision's input dtype (bf16-true, 64-true ...): what Lightning
             images = self.trainer.precision_plugin.convert_input(images)  # did to a float batch before the copy
         return images, labels
