@@ -24,9 +24,12 @@ def test_gpu_check_dry_run(tmp_path):
     assert [(t["task"], t["steps"]) for t in d["training"]] == [("cls", 2), ("det", 2)]
     assert all(t["img_per_s"] > 0 and t["precision"] == "32-true" for t in d["training"])
     loader = d["loader"]
-    assert set(loader["loader"]) == {"device", "loader"}  # data.normalize: both modes, batches copied to the device
+    # data.normalize: both modes, and data.augment: device; batches copied to the device
+    assert set(loader["loader"]) == {"device", "loader", "augment device"}
+    assert loader["loader"]["augment device"]["augment"] == "device"
     assert loader["loader"]["device"]["dtype"] == "torch.uint8" and loader["loader"]["loader"]["dtype"] == "torch.float32"
     assert all(v["images_per_s"] > 0 for v in loader["loader"].values())
     assert loader["model_img_per_s"]["vit_tiny_patch16_224"] > 0
     assert loader["device_decode_img_per_s"] > 0  # the dry run always measures the device decoder (on the CPU)
-    assert "| data module's train loader, data.normalize device, 1 workers, to cpu |" in proc.stdout
+    assert "| data module's train loader, data.normalize device, data.augment loader, 1 workers, to cpu |" in proc.stdout
+    assert "| data module's train loader, data.normalize device, data.augment device, 1 workers, to cpu |" in proc.stdout

@@ -73,32 +73,39 @@ def pipeline_rate(samples: list[tuple[str, int]], workers: int, batch: int, epoc
 
 
 def normalize_rate(samples: list[tuple[str, int]], normalize: str, workers: int, batch: int, epochs: int,
-                   device: str) -> dict:
+                   device: str, augment: str = "loader") -> dict:
     """Images/s of the data module's train loader with ``data.normalize`` = ``normalize``, each batch
     copied to ``device`` and normalised there as the data module's hook does (the first epoch is a
-    warm-up), and the bytes of a batch's images as the loader gives them."""
+    warm-up), and the bytes of a batch's images as the loader gives them; ``augment="device"``
+    (``data.augment: device``): the workers decode, crop and flip, and the colour jitter and
+    RandAugment run on the batch on ``device`` (:class:`~vision_attn.data.device_augment.DeviceAugment`)."""
     from vision_attn.data import ImageFolder, train_transforms
+    from vision_attn.data.device_augment import DeviceAugment
     from vision_attn.data.file_transforms import TrainFileTransform
     from vision_attn.data.loader import end_loader_workers, make_loader
 
     dev = torch.device(device)
-    tf = TrainFileTransform(train_transforms(224, color_jitter=0.4, rand_augment=2, seed=0), normalize_on=normalize)
+    on_device = augment == "device"
+    tf = TrainFileTransform(train_transforms(224, color_jitter=0.0 if on_device else 0.4,
+                                             rand_augment=0 if on_device else 2, seed=0), normalize_on=normalize)
+    augmenter = DeviceAugment(color_jitter=0.4, rand_augment=2) if on_device else None
     loader = make_loader(ImageFolder(samples, [str(i) for i in range(10)], tf), batch, train=True, num_workers=workers,
                          persistent_workers=workers > 0, pin_memory=dev.type == "cuda", drop_last=True, seed=0)
     rates, nbytes, dtype = [], 0, None
     for epoch in range(epochs + 1):
         start = time.perf_counter()
         n = 0
-        for x, _ in loader:
+        for i, (x, _) in enumerate(loader):
             nbytes, dtype = x.nbytes, x.dtype
-            x = tf.pixels(x.to(dev, non_blocking=True))  # what on_after_batch_transfer does (a float batch as it is)
+            x = x.to(dev, non_blocking=True)  # then what on_after_batch_transfer does (a float batch as it is)
+            x = augmenter(x, epoch * 100_000 + i) if augmenter is not None else tf.pixels(x)
             n += x.shape[0]
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         if epoch:  # epoch 0 starts the workers
             rates.append(n / (time.perf_counter() - start))
     end_loader_workers()
-    return {"normalize": normalize, "device": str(dev), "workers": workers, "batch": batch, "dtype": str(dtype),
+    return {"normalize": normalize, "augment": augment, "device": str(dev), "workers": workers, "batch": batch, "dtype": str(dtype),
             "bytes_per_batch": nbytes, "images_per_s": round(statistics.median(rates), 1),
             "per_epoch": [round(r, 1) for r in rates]}
 

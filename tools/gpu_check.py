@@ -16,7 +16,8 @@ and:
 - the loader against the model (first, since no earlier GPU run recorded it): images/s of the data
   module's image-folder train loader at 224 px (JPEG photos, reduced-size decoding and the recipes'
   augmentations in ``--workers`` processes, default: all CPUs; ``data.normalize`` device and loader,
-  each batch copied to the GPU and normalised as the data module does) against images/s of AdamW
+  each batch copied to the GPU and normalised as the data module does; and ``data.augment: device``:
+  jitter and RandAugment on the GPU) against images/s of AdamW
   training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and of
   :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's JPEGs decoded by
   ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
@@ -117,6 +118,8 @@ def loader_against_model(device: str, workers: int, images: int, batch: int, mod
         samples = make_photos(Path(tmp), images)
         out["loader"] = {mode: normalize_rate(samples, mode, workers, batch, epochs=2, device=device)
                          for mode in ("device", "loader")}
+        out["loader"]["augment device"] = normalize_rate(samples, "device", workers, batch, epochs=2, device=device,
+                                                         augment="device")
         rates = {}
         for name in models:
             (r,) = benchmark_models({name: vision_attn.create_model(name, img_size=model_size)}, batch=batch,
@@ -188,8 +191,8 @@ def main() -> None:
         device, args.workers, args.images, args.loader_batch, loader_models,
         decode_batches=2 if args.dry_run else 16, peak=peak,
         model_size=args.img_size if args.dry_run else 224)  # bf16 is emulated on most CPUs
-    lrows = [[f"data module's train loader, data.normalize {mode}, {v['workers']} workers, to {v['device']}",
-              f"{v['images_per_s']:.0f}"] for mode, v in loader["loader"].items()]
+    lrows = [[f"data module's train loader, data.normalize {v['normalize']}, data.augment {v['augment']}, "
+              f"{v['workers']} workers, to {v['device']}", f"{v['images_per_s']:.0f}"] for v in loader["loader"].values()]
     lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
     lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
                   f"{loader['device_decode_img_per_s']:.0f}"])

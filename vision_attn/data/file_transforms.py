@@ -37,6 +37,7 @@ from typing import Any
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # no network check on import
 
 import albumentations as A  # noqa: E402
+import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from albumentations.pytorch import ToTensorV2  # noqa: E402
@@ -117,12 +118,17 @@ class FileTransform(ABC):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:  # not what the tables map
             return torch.from_numpy(np.ascontiguousarray(self.normalize.apply(image).transpose(2, 0, 1)))
         hwc = torch.from_numpy(image)
-        if self.exact and self.normalize_on == "device":  # normalised by self.pixels where the batch goes
-            return hwc.permute(2, 0, 1).contiguous()
+        if self.exact:
+            # (H, W, 3) -> (3, H, W) by OpenCV's split into the planes of one tensor: a tenth of the
+            # time of a strided copy (permute + contiguous)
+            chw = torch.empty((3, image.shape[0], image.shape[1]), dtype=torch.uint8)
+            planes = chw.numpy()
+            cv2.split(np.ascontiguousarray(image), [planes[0], planes[1], planes[2]])
+            if self.normalize_on == "device":  # normalised by self.pixels where the batch goes
+                return chw
+            # (x - mean) * (1 / std) in float32: the table's values, two passes of SIMD
+            return self.pixels.apply_(chw.to(torch.float32))
         out = torch.empty((3, image.shape[0], image.shape[1]), dtype=torch.float32)
-        if self.exact:  # (x - mean) * (1 / std) in float32: the table's values, two passes of SIMD
-            out.copy_(hwc.permute(2, 0, 1))
-            return self.pixels.apply_(out)
         for c in range(3):
             torch.index_select(self.table[c], 0, hwc[:, :, c].reshape(-1).long(), out=out[c].view(-1))
         return out
