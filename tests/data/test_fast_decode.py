@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from vision_attn.data import ImageFolder, eval_transforms, load_image, train_transforms
-from vision_attn.data.decode import read_image, reduction, scale_box
+from vision_attn.data.decode import jpeg_frame, read_image, reduction, scale_box
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.errors import ConfigError
 from vision_attn.data.sampler import EpochItems
@@ -259,3 +259,42 @@ def test_opencv_before_4_10_decodes_bgr_and_swaps(files, monkeypatch):
     for f in (1, 2):
         assert np.array_equal(read_image(files["big"], lambda w, h: f, "opencv")[0],
                               read_image(files["big"], lambda w, h: f, "pil")[0])
+
+
+def test_jpeg_frame_reads_the_size_pil_reads(files, tmp_path):
+    """The OpenCV path sizes a JPEG from its frame header without PIL: the size and components PIL
+    reads for baseline, progressive, EXIF-tagged, grey and CMYK files, and for one whose markers are
+    preceded by fill bytes; None for what is not a JPEG it can read (PIL then opens it)."""
+    photo = _photo()[:300, :400]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # an orientation tag: an APP1 segment before the frame header (not applied)
+    extra = {"progressive": _save(tmp_path / "p.jpg", photo, quality=80, progressive=True),
+             "exif": _save(tmp_path / "e.jpg", photo, quality=80, exif=exif.tobytes())}
+    data = open(files["jpeg"], "rb").read()
+    (tmp_path / "fill.jpg").write_bytes(data[:2] + b"\xff\xff" + data[2:])  # fill bytes before a marker
+    extra["fill"] = str(tmp_path / "fill.jpg")
+    for kind, path in {**{k: files[k] for k in ("jpeg", "big", "grey", "cmyk")}, **extra}.items():
+        with Image.open(path) as img:
+            want = (*img.size, len(img.getbands()))
+        assert jpeg_frame(open(path, "rb").read()) == want, kind
+    assert np.array_equal(read_image(extra["fill"], decoder="opencv")[0], load_image(files["jpeg"]))
+    for path in (files["png"], files["webp"]):
+        assert jpeg_frame(open(path, "rb").read()) is None
+    assert jpeg_frame(data[:40]) is None and jpeg_frame(b"\xff\xd8") is None  # cut before the frame header
+
+
+def test_the_crop_is_drawn_once_when_pil_decodes_after_all(files, tmp_path):
+    """A colour JPEG that OpenCV does not decode (no end marker) goes to PIL with the factor already
+    chosen: ``choose`` (the caller's crop draw) is asked once."""
+    data = open(files["big"], "rb").read()
+    padded = tmp_path / "padded.jpg"
+    padded.write_bytes(data + b"trailing bytes")
+    calls = []
+
+    def choose(w, h):
+        calls.append((w, h))
+        return 2
+
+    arr, factor = read_image(padded, choose, "opencv")
+    assert calls == [(1280, 960)] and factor == 2 and arr.shape == (480, 640, 3)
+    assert np.array_equal(arr, read_image(files["big"], lambda w, h: 2, "pil")[0])

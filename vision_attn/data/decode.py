@@ -10,8 +10,9 @@ no detail is lost that the resize would keep), decodes at that factor and says w
 Other formats (PNG, BMP, WebP, TIFF, ...) decode at full size through PIL, exactly as
 :func:`vision_attn.data.folder.load_image` always has (it is :func:`read_image` with factor 1).
 The JPEG decoder is a choice: PIL's, or OpenCV's (``decoder="opencv"``: the same libjpeg-turbo, the
-same pixels, written straight into the array; a grey or CMYK JPEG, or one that does not end in the
-end marker, goes through PIL).
+same pixels, written straight into the array, the size read from the frame header by
+:func:`jpeg_frame` without opening the file twice; a grey or CMYK JPEG, or one that does not end in
+the end marker, goes through PIL).
 
 A file that does not decode completely (truncated, corrupt, not an image, gone) raises the
 :class:`DataError` naming it that ``load_image`` raises: a reduced decode still reads every byte of
@@ -30,7 +31,7 @@ from PIL import Image
 from vision_attn.data.faults import DECODE_ERRORS, SKIP_HINT, image_reason
 from vision_attn.errors import ConfigError, DataError
 
-__all__ = ["FACTORS", "DECODERS", "reduction", "read_image", "scale_box"]
+__all__ = ["FACTORS", "DECODERS", "reduction", "read_image", "scale_box", "jpeg_frame"]
 
 FACTORS = (8, 4, 2, 1)  # what libjpeg's DCT scaling through PIL's draft offers (1/8, 1/4, 1/2, 1)
 DECODERS = ("pil", "opencv")
@@ -70,13 +71,49 @@ def _fail(path: str | os.PathLike, e: BaseException) -> DataError:
     return DataError(f"{path}: {image_reason(e)}: {SKIP_HINT}")
 
 
-def _opencv_jpeg(path: str | os.PathLike, factor: int, width: int, height: int,
-                 raw: bytes | None = None) -> np.ndarray | None:
-    """A colour JPEG decoded by OpenCV's libjpeg-turbo at 1/``factor``, or None where PIL must decode
-    it: a file that does not end in the JPEG end marker (truncated: OpenCV would fill the missing rows
-    with grey and only warn, where PIL raises), or one OpenCV does not decode to the expected size.
-    ``raw``: the file's bytes, already read (``path`` then only names them)."""
-    data = np.fromfile(path, dtype=np.uint8) if raw is None else np.frombuffer(raw, dtype=np.uint8)
+# the start-of-frame markers of every JPEG coding (baseline, extended, progressive, lossless;
+# Huffman or arithmetic): the frame header holds precision, height, width and components
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def jpeg_frame(data: np.ndarray | bytes) -> tuple[int, int, int] | None:
+    """``(width, height, components)`` of an 8-bit JPEG from its frame header, read from the file's
+    bytes (the markers before it skipped by their lengths), or None where the bytes are not such a
+    JPEG or the header is not where the format puts it (then PIL reads the file)."""
+    mv = memoryview(data)
+    n = len(mv)
+    if n < 4 or mv[0] != 0xFF or mv[1] != 0xD8:
+        return None
+    i = 2
+    while i + 4 <= n:
+        if mv[i] != 0xFF:
+            return None
+        marker = mv[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        if marker in (0xD9, 0xDA):  # the end, or a scan before any frame header
+            return None
+        length = (mv[i + 2] << 8) | mv[i + 3]
+        if marker in _SOF:
+            if length < 8 or i + 10 > n or mv[i + 4] != 8:
+                return None
+            height, width = (mv[i + 5] << 8) | mv[i + 6], (mv[i + 7] << 8) | mv[i + 8]
+            return (width, height, mv[i + 9]) if width and height else None
+        if length < 2:
+            return None
+        i += 2 + length
+    return None
+
+
+def _opencv_jpeg(data: np.ndarray, factor: int, width: int, height: int) -> np.ndarray | None:
+    """A colour JPEG's bytes decoded by OpenCV's libjpeg-turbo at 1/``factor``, or None where PIL must
+    decode it: a file that does not end in the JPEG end marker (truncated: OpenCV would fill the
+    missing rows with grey and only warn, where PIL raises), or one OpenCV does not decode to the
+    expected size."""
     if data.size < 4 or bytes(data[-2:]) != b"\xff\xd9":
         return None
     colour = cv2.IMREAD_COLOR if _CV2_RGB is None else _CV2_RGB
@@ -85,6 +122,15 @@ def _opencv_jpeg(path: str | os.PathLike, factor: int, width: int, height: int,
         arr = cv2.cvtColor(arr, cv2.COLOR_BGR2RGB)
     want = (-(-height // factor), -(-width // factor), 3)
     return arr if arr is not None and arr.shape == want else None
+
+
+def _factor(choose: Callable[[int, int], int] | None, width: int, height: int) -> int:
+    if choose is None:
+        return 1
+    wanted = int(choose(width, height))
+    if wanted not in FACTORS:
+        raise ConfigError(f"decode factor {wanted}: choose one of {FACTORS}")
+    return wanted
 
 
 def read_image(path: str | os.PathLike, choose: Callable[[int, int], int] | None = None,
@@ -102,20 +148,31 @@ def read_image(path: str | os.PathLike, choose: Callable[[int, int], int] | None
     they are decoded by the same calls as the file would be, and ``path`` only names them in errors."""
     if decoder not in DECODERS:
         raise ConfigError(f"decoder={decoder!r}: choose one of {', '.join(DECODERS)}")
+    wanted: int | None = None  # ``choose`` draws the caller's crop: it is asked once
+    raw: np.ndarray | None = None
+    if decoder == "opencv":
+        try:
+            raw = np.fromfile(path, dtype=np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
+        except DECODE_ERRORS as e:
+            raise _fail(path, e) from None
+        frame = jpeg_frame(raw)
+        if frame is not None and frame[2] == 3:  # a colour JPEG, sized from its frame header
+            wanted = _factor(choose, frame[0], frame[1])
+            arr = _opencv_jpeg(raw, wanted, frame[0], frame[1])
+            if arr is not None:
+                return arr, wanted
     try:
         img = Image.open(path if data is None else io.BytesIO(data))  # the header only
     except DECODE_ERRORS as e:
         raise _fail(path, e) from None
     try:
-        factor = wanted = 1
-        if choose is not None:
-            wanted = int(choose(*img.size))
-            if wanted not in FACTORS:
-                raise ConfigError(f"decode factor {wanted}: choose one of {FACTORS}")
-        if decoder == "opencv" and img.format == "JPEG" and img.mode == "RGB":
-            arr = _opencv_jpeg(path, wanted, *img.size, raw=data)
-            if arr is not None:
-                return arr, wanted
+        factor = 1
+        if wanted is None:
+            wanted = _factor(choose, *img.size)
+            if raw is not None and img.format == "JPEG" and img.mode == "RGB":  # a header jpeg_frame did not read
+                arr = _opencv_jpeg(raw, wanted, *img.size)
+                if arr is not None:
+                    return arr, wanted
         if wanted > 1 and img.format == "JPEG":
             w, h = img.size
             result = img.draft(None, (max(1, w // wanted), max(1, h // wanted)))
