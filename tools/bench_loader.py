@@ -10,14 +10,15 @@ that long); each figure is the median of ``--rounds`` rounds, in images per seco
   today's ``load_image`` made (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
 - ``ours``: vision_attn's pipelines from the file (data/file_transforms.py: the crop drawn on the
   header's size, a JPEG decoded at 1/2, 1/4 or 1/8 where the crop stays at least the output size,
-  uint8 to the normalisation, OpenCV's JPEG decoder: the default); ``ours (full decode)``: the same
+  uint8 to the end, OpenCV's JPEG decoder, ``data.normalize: device``: the data module's defaults,
+  the uint8 image out of the workers, normalised where the batch goes (``normalize`` in
+  ``device_cost``); ``ours, normalize in loader``: float32 out of the workers); ``ours (full decode)``: the same
   with ``reduce=False``; ``ours (pil)``: with PIL's JPEG decoder (``decoder="pil"``); ``before``:
   the albumentations Compose on today's decoded array (what training ran before file_transforms);
   ``ours, augment on device``: what the workers do under ``data.augment: device`` (decode, crop,
   flip, to a uint8 tensor: the same for ``on`` and ``off``), the colour jitter, RandAugment and
   erasing left to :class:`~vision_attn.data.device_augment.DeviceAugment` on the training device,
-  timed apart on this CPU (one thread, batches of 32); ``eval: ours, normalize on device``: the
-  eval pipeline to uint8 (``data.normalize: device``, the default);
+  timed apart on this CPU (one thread, batches of 32);
 - ``timm``: ``timm.data.transforms_imagenet_train`` (what ``create_transform(is_training=True)``
   calls) with equal settings: bicubic RandomResizedCrop (0.08-1, 3/4-4/3), flip 0.5, colour jitter
   0.4 with probability 0.8 (``force_color_jitter``: timm turns it off under RandAugment unless told),
@@ -100,25 +101,28 @@ def pipelines(size: int) -> tuple[dict[str, Callable[[str], object]], dict[str, 
     out["decode"] = decode
     out["decode (opencv)"] = decode_cv2
     out["decode+rgb"] = _old_load
+    # ours as the data module runs them by default (data.normalize: device: uint8 out of the workers,
+    # normalised where the batch goes); "normalize in loader": float32 out of the workers
+    dev = "device"
     for on in (True, False):
         tag = "on" if on else "off"
-        fast, full, before, timm_tf = (TrainFileTransform(ours_train(on)),
-                                       TrainFileTransform(ours_train(on), reduce=False), ours_train(on), timm_train(on))
+        fast, before, timm_tf = TrainFileTransform(ours_train(on), normalize_on=dev), ours_train(on), timm_train(on)
         out[f"train {tag}: ours"] = fast.read
-        out[f"train {tag}: ours (full decode)"] = full.read
-        out[f"train {tag}: ours (pil)"] = TrainFileTransform(ours_train(on), decoder="pil").read
+        out[f"train {tag}: ours, normalize in loader"] = TrainFileTransform(ours_train(on)).read
+        out[f"train {tag}: ours (full decode)"] = TrainFileTransform(ours_train(on), reduce=False, normalize_on=dev).read
+        out[f"train {tag}: ours (pil)"] = TrainFileTransform(ours_train(on), decoder="pil", normalize_on=dev).read
         out[f"train {tag}: before"] = lambda p, c=before: c(image=_old_load(p))["image"]
         out[f"train {tag}: timm"] = lambda p, t=timm_tf: t(_timm_read(p))
-    ev, ev_before = EvalFileTransform(eval_transforms(size)), eval_transforms(size)
+    ev, ev_before = EvalFileTransform(eval_transforms(size), normalize_on=dev), eval_transforms(size)
     timm_ev = create_transform(size, is_training=False, crop_pct=0.875, interpolation="bicubic")
     # data.augment: device: the workers decode, crop and flip, to uint8; the rest runs on the batch
     # where it is (device_cost times it on this CPU)
-    loader_part = TrainFileTransform(train_transforms(size, color_jitter=0.0, seed=0), normalize_on="device")
+    loader_part = TrainFileTransform(train_transforms(size, color_jitter=0.0, seed=0), normalize_on=dev)
     out["train on: ours, augment on device"] = loader_part.read
     out["train off: ours, augment on device"] = loader_part.read
     out["eval: ours"] = ev.read
-    out["eval: ours, normalize on device"] = EvalFileTransform(eval_transforms(size), normalize_on="device").read
-    out["eval: ours (pil)"] = EvalFileTransform(eval_transforms(size), decoder="pil").read
+    out["eval: ours, normalize in loader"] = EvalFileTransform(eval_transforms(size)).read
+    out["eval: ours (pil)"] = EvalFileTransform(eval_transforms(size), decoder="pil", normalize_on=dev).read
     out["eval: before"] = lambda p: ev_before(image=_old_load(p))["image"]
     out["eval: timm"] = lambda p: timm_ev(_timm_read(p))
     ours = {"train on": out["train on: ours"].__self__, "train off": out["train off: ours"].__self__, "eval": ev,
