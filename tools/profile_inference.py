@@ -118,7 +118,7 @@ def main() -> None:
     bf16 = args.precision == "bf16"
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "model.xml"
-        export_openvino(model, xml, (args.img_size, args.img_size), exporter="torchscript")
+        export_openvino(model, xml, (args.img_size, args.img_size), exporter="torchscript", dynamic_batch=True)
         core = ov.Core()
         with kept_signal_stack():
             compiled = core.compile_model(core.read_model(str(xml)), "CPU", {

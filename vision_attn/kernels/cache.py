@@ -15,6 +15,9 @@ from vision_attn.io.json import read_json
 __all__ = ["PLANS_FILE", "plan_key", "cached_measurement"]
 
 PLANS_FILE = "kernel_choices.json"
+METHOD = "fastest round"
+"""How the stored choices were timed (:func:`~vision_attn.kernels.timing.fastest_seconds`), part of
+every key: choices timed another way (the median of rounds, before 2026-12-04) are measured again."""
 """The measured choices, in :func:`~vision_attn.io.cache.cache_dir`: one entry per kernel family,
 torch version, CPU, thread count and dtype."""
 
@@ -31,9 +34,10 @@ def _cpu_name() -> str:
 
 
 def plan_key(family: str, dtype: torch.dtype, threads: int) -> str:
-    """What a measured choice depends on: the kernel family, torch version, CPU, thread count and dtype."""
+    """What a measured choice depends on: the kernel family, torch version, CPU, thread count, dtype
+    and how it was timed."""
     return (f"{family}; torch {torch.__version__}; {_cpu_name()}; {torch.backends.cpu.get_cpu_capability()}; "
-            f"{threads} threads; {str(dtype).removeprefix('torch.')}")
+            f"{threads} threads; {str(dtype).removeprefix('torch.')}; {METHOD}")
 
 
 def _read(path: Path) -> dict[str, Any]:

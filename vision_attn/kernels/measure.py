@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from vision_attn.kernels.explicit import explicit_attention
 from vision_attn.kernels.onednn import PRODUCTS, agrees
-from vision_attn.kernels.timing import crossover, median_seconds, self_check_context
+from vision_attn.kernels.timing import crossover, fastest_seconds, self_check_context
 
 __all__ = ["CHECK_SHAPE", "SMALL_SHAPE", "PROBE_SHAPE", "measure_linear", "measure_attention", "product_operands",
            "ATTENTION"]
@@ -60,7 +60,7 @@ def measure_linear(dtype: torch.dtype = torch.float32, shape: tuple[int, int, in
                    rounds: int = 5, clock: Callable[[], float] = time.perf_counter,
                    small_shape: tuple[int, int, int] = SMALL_SHAPE) -> dict[str, Any]:
     """Time each product's two kernels on random ``shape`` operands in ``dtype``, alternating their
-    order every round, and choose the faster by the median; a oneDNN result that does not agree with
+    order every round, and choose the faster by the fastest round; a oneDNN result that does not agree with
     ATen's (relative to the largest entry: 1e-5 in fp32, 1e-2 in bf16) is never chosen. Where oneDNN
     is chosen, both are timed again at ``small_shape`` and the size from which oneDNN is faster is
     fitted (:func:`~vision_attn.kernels.timing.crossover`). Returns ``{product: kernel, ...,
@@ -76,12 +76,12 @@ def measure_linear(dtype: torch.dtype = torch.float32, shape: tuple[int, int, in
             if not agrees(kernels["onednn"](*args), kernels["aten"](*args)):
                 choice[product] = "aten"
                 continue
-            large[product] = median_seconds({k: functools.partial(fn, *args) for k, fn in kernels.items()},
+            large[product] = fastest_seconds({k: functools.partial(fn, *args) for k, fn in kernels.items()},
                                             rounds, clock)
             choice[product] = min(large[product], key=large[product].__getitem__)
             if choice[product] == "onednn":
                 few = small_operands[product]
-                small[product] = median_seconds({k: functools.partial(fn, *few) for k, fn in kernels.items()},
+                small[product] = fastest_seconds({k: functools.partial(fn, *few) for k, fn in kernels.items()},
                                                 rounds, clock, SMALL_REPEAT)
                 onednn_from[product] = crossover(small[product], large[product], math.prod(small_shape),
                                                  math.prod(shape))
@@ -91,8 +91,8 @@ def measure_linear(dtype: torch.dtype = torch.float32, shape: tuple[int, int, in
 def measure_attention(dtype: torch.dtype = torch.float32, shape: tuple[int, int, int, int] = PROBE_SHAPE,
                       rounds: int = 5, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Time a forward and backward pass of both attention kernels on random ``shape`` operands in
-    ``dtype``, alternating their order every round; returns ``{"kernel": the faster by the median,
-    "seconds": kernel -> median}``. An explicit result that does not agree with the fused one
+    ``dtype``, alternating their order every round; returns ``{"kernel": the faster by the fastest round,
+    "seconds": kernel -> that round's seconds}``. An explicit result that does not agree with the fused one
     (relative to the largest entry: 1e-4 in fp32, 2e-2 in bf16) is never chosen."""
     with self_check_context():
         gen = torch.Generator().manual_seed(0)
@@ -101,6 +101,6 @@ def measure_attention(dtype: torch.dtype = torch.float32, shape: tuple[int, int,
             return {"kernel": "fused", "seconds": {}}
         leaves = [t.requires_grad_() for t in (q, k, v)]
         with torch.enable_grad():
-            seconds = median_seconds(
+            seconds = fastest_seconds(
                 {name: (lambda fn=fn: fn(*leaves).backward(g)) for name, fn in ATTENTION.items()}, rounds, clock)
     return {"kernel": min(seconds, key=seconds.__getitem__), "seconds": seconds}

@@ -66,7 +66,7 @@ class LinearKernels:
 class KernelChoice:
     """The kernels of one dtype: ``inference`` (``"onednn"`` or ``"aten"``), ``linear`` (the training
     products) and ``attention`` (``"explicit"`` or ``"fused"``). ``seconds``: what the self-checks
-    measured, where they chose (kernel -> median seconds per call, by what was timed)."""
+    measured, where they chose (kernel -> seconds per call in its fastest round, by what was timed)."""
 
     inference: str = "aten"
     linear: LinearKernels = field(default_factory=LinearKernels)

@@ -1,16 +1,15 @@
-"""How the self-checks time kernels: medians of alternating rounds, and the size where two kernels cross."""
+"""How the self-checks time kernels: the fastest of alternating rounds, and the size where two kernels cross."""
 from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 import time
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["median_seconds", "crossover", "self_check_clock", "self_check_context"]
+__all__ = ["fastest_seconds", "crossover", "self_check_clock", "self_check_context"]
 
 
 @contextlib.contextmanager
@@ -27,10 +26,14 @@ def self_check_clock(threads: int) -> Callable[[], float]:
     return time.thread_time if threads == 1 else time.perf_counter
 
 
-def median_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
-                   clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, float]:
-    """name -> median seconds of one ``calls[name]()`` (timed ``repeat`` calls at a time) over
-    ``rounds`` rounds, the order of the calls reversed every other round."""
+def fastest_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
+                    clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, float]:
+    """name -> seconds of one ``calls[name]()`` (timed ``repeat`` calls at a time) in its fastest of
+    ``rounds`` rounds, the order of the calls reversed every other round. The fastest round, not the
+    median: other work on the machine only ever adds time, and with several threads it adds most to
+    the kernel of more, smaller calls (each a barrier that waits for a descheduled thread), so a
+    median taken on a busy machine can choose the slower kernel (2 threads, bf16 attention: the
+    median chose the fused kernel, 2x slower than the explicit one on the idle machine)."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for r in range(rounds):
         for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
@@ -38,7 +41,7 @@ def median_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
             for _ in range(repeat):
                 calls[name]()
             times[name].append((clock() - start) / repeat)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: min(t) for name, t in times.items()}
 
 
 def crossover(small: dict[str, float], large: dict[str, float], small_macs: int, large_macs: int) -> int:
