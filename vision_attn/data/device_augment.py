@@ -221,15 +221,17 @@ class DeviceAugment:
             step[ty, 1, 2] = torch.trunc(shift_y.double()[ty] * h)
             forward = step @ forward
         rows = geometric.any(1).nonzero().flatten()
-        inverse = torch.linalg.inv(forward[rows])[:, :2]  # (R, 2, 3): output pixel -> source pixel
-        # pixel centres about the image centre -> grid_sample's [-1, 1] (align_corners=False)
+        # output pixel -> source pixel, about the centre: (R, 2, 3), inverted in float64 on the CPU, the
+        # grid itself made on the batch's device (it is as large as the images)
+        inverse = torch.linalg.inv(forward[rows])[:, :2].to(device=x.device, dtype=x.dtype)
         cx, cy = (w - 1) / 2, (h - 1) / 2
-        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64) - cy, torch.arange(w, dtype=torch.float64) - cx,
-                                indexing="ij")
-        points = torch.stack([xs, ys, torch.ones_like(xs)], -1).view(1, h * w, 3)
-        source = points @ inverse.transpose(1, 2)  # (R, H*W, 2) about the centre
-        grid = torch.stack([(source[..., 0] + cx + 0.5) * (2 / w) - 1, (source[..., 1] + cy + 0.5) * (2 / h) - 1], -1)
-        grid = grid.view(len(rows), h, w, 2).to(device=x.device, dtype=x.dtype)
+        xs = (torch.arange(w, device=x.device, dtype=x.dtype) - cx).view(1, 1, w)
+        ys = (torch.arange(h, device=x.device, dtype=x.dtype) - cy).view(1, h, 1)
+        a = inverse.reshape(-1, 6, 1, 1).unbind(1)
+        source_x = a[0] * xs + a[1] * ys + a[2]  # (R, H, W)
+        source_y = a[3] * xs + a[4] * ys + a[5]
+        # pixel centres -> grid_sample's [-1, 1] (align_corners=False)
+        grid = torch.stack([(source_x + (cx + 0.5)) * (2 / w) - 1, (source_y + (cy + 0.5)) * (2 / h) - 1], -1)
         idx = rows.to(x.device)
         y = F.grid_sample(x.index_select(0, idx), grid, mode=self.mode, padding_mode="zeros", align_corners=False)
         return x.index_copy(0, idx, _uint8(y))
