@@ -80,7 +80,7 @@ def normalize_rate(samples: list[tuple[str, int]], normalize: str, workers: int,
     (``data.augment: device``): the workers decode, crop and flip, and the colour jitter and
     RandAugment run on the batch on ``device`` (:class:`~vision_attn.data.device_augment.DeviceAugment`)."""
     from vision_attn.data import ImageFolder, train_transforms
-    from vision_attn.data.device_augment import DeviceAugment
+    from vision_attn.data.device_augment import DeviceAugment, batch_seed
     from vision_attn.data.file_transforms import TrainFileTransform
     from vision_attn.data.loader import end_loader_workers, make_loader
 
@@ -98,7 +98,7 @@ def normalize_rate(samples: list[tuple[str, int]], normalize: str, workers: int,
         for i, (x, _) in enumerate(loader):
             nbytes, dtype = x.nbytes, x.dtype
             x = x.to(dev, non_blocking=True)  # then what on_after_batch_transfer does (a float batch as it is)
-            x = augmenter(x, epoch * 100_000 + i) if augmenter is not None else tf.pixels(x)
+            x = augmenter(x, batch_seed(0, 0, epoch, i)) if augmenter is not None else tf.pixels(x)
             n += x.shape[0]
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)

@@ -160,7 +160,8 @@ def test_the_workers_crop_and_the_hook_augments_training_batches(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert x.dtype == torch.uint8 and x.shape[1:] == (3, 16, 16)
     position = SimpleNamespace(current=SimpleNamespace(completed=4))
-    trainer = SimpleNamespace(training=True, global_rank=0, current_epoch=1, precision_plugin=SimpleNamespace(
+    trainer = SimpleNamespace(training=True, global_rank=0, current_epoch=1, num_training_batches=6,
+                              precision_plugin=SimpleNamespace(
         convert_input=lambda t: t), fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=position)))
     dm.trainer = trainer
     trained = dm.on_after_batch_transfer((x, y), 0)[0]

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from vision_attn.data.normalize import PixelNormalize
+from vision_attn.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from vision_attn.errors import ConfigError
 
 __all__ = ["DeviceAugment", "AUGMENT_ON", "RAND_AUGMENT_OPS", "batch_seed"]
@@ -46,6 +47,8 @@ RAND_AUGMENT_OPS = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"
                     "posterize", "solarize", "sharpen", "brightness_contrast")
 """The operations of :func:`~vision_attn.data.transforms.rand_augment_ops`, in its order."""
 _GEOMETRIC = 5  # the first five are affine maps
+# train_transforms' interpolations -> grid_sample's modes (it has no area or Lanczos kernel: the
+# nearest it has)
 _MODES = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", "area": "bilinear",
           "lanczos": "bicubic"}
 
@@ -101,7 +104,7 @@ class DeviceAugment:
 
     def __init__(self, *, color_jitter: float = 0.4, rand_augment: int = 0, rand_augment_magnitude: float = 9.0,
                  random_erasing: float = 0.0, interpolation: str = "bicubic",
-                 mean: Sequence[float] = (0.485, 0.456, 0.406), std: Sequence[float] = (0.229, 0.224, 0.225)) -> None:
+                 mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> None:
         if not 0 <= rand_augment <= len(RAND_AUGMENT_OPS):
             raise ConfigError(f"rand_augment={rand_augment}: give 0..{len(RAND_AUGMENT_OPS)} operations per image")
         if not 0 <= rand_augment_magnitude <= 10:

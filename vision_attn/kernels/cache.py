@@ -15,11 +15,12 @@ from vision_attn.io.json import read_json
 __all__ = ["PLANS_FILE", "plan_key", "cached_measurement"]
 
 PLANS_FILE = "kernel_choices.json"
+"""The measured choices, in :func:`~vision_attn.io.cache.cache_dir`: one entry per kernel family,
+torch version, CPU, thread count, dtype and timing method."""
+
 METHOD = "fastest round"
 """How the stored choices were timed (:func:`~vision_attn.kernels.timing.fastest_seconds`), part of
 every key: choices timed another way (the median of rounds, before 2026-12-04) are measured again."""
-"""The measured choices, in :func:`~vision_attn.io.cache.cache_dir`: one entry per kernel family,
-torch version, CPU, thread count and dtype."""
 
 
 def _cpu_name() -> str:

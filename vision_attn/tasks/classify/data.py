@@ -32,7 +32,7 @@ from vision_attn.data.loader import check_loader_args
 from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
 from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
 from vision_attn.errors import ConfigError
-from vision_attn.tasks.data_module import ResumableDataModule
+from vision_attn.tasks.data_module import ResumableDataModule, training_position
 
 __all__ = ["ClassificationDataModule"]
 
@@ -203,8 +203,8 @@ class ClassificationDataModule(ResumableDataModule):
         images, labels = batch
         trainer = self.trainer
         if self.augmenter is not None and trainer is not None and trainer.training:
-            batch_index = int(trainer.fit_loop.epoch_loop.batch_progress.current.completed)
-            seed = batch_seed(self.hparams.seed, trainer.global_rank, trainer.current_epoch, batch_index)
+            epoch, batch_index = training_position(trainer)  # of the batch in hand: it is not done yet
+            seed = batch_seed(self.hparams.seed, trainer.global_rank, epoch, batch_index)
             images = self.augmenter(images, seed)
         else:
             images = self.pixels(images)
