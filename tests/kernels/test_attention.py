@@ -6,6 +6,7 @@ The tests choose the attention kernel with fixed plans built here; the ones that
 say so and use their own temporary cache."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import json
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vision_attn
-from vision_attn.kernels import MAX_EXPLICIT_TOKENS, KernelPlan, kernel_plan, packed_sdpa, resolve_plan, sdpa
+from vision_attn.kernels import MAX_EXPLICIT_TOKENS, KernelPlan, accelerate, kernel_plan, packed_sdpa, resolve_plan, sdpa
 from vision_attn.kernels.attention import _explicit
 from vision_attn.kernels.cache import PLANS_FILE
 from vision_attn.kernels.explicit import explicit_attention
@@ -128,7 +129,7 @@ def test_sdpa_takes_the_plans_kernel_on_the_cpu(kernel):
     out = []
     with kernel_plan(attention_plan(kernel)):
         assert ran_fused(lambda: out.append(sdpa(q, k, v))) == (kernel == "fused")
-        assert ran_fused(lambda: out.append(attend(q, k, v, mask)[0])) == (kernel == "fused")  # the layers' call
+        assert ran_fused(lambda: out.append(attend(q, k, v, mask, sdpa=sdpa)[0])) == (kernel == "fused")  # an accelerated layer's call
     torch.testing.assert_close(out[0].float(), fused(q, k, v, None).float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(out[1].float(), fused(q, k, v, mask).float(), atol=3e-2, rtol=3e-2)
 
@@ -152,14 +153,12 @@ def test_the_fused_kernel_wherever_the_explicit_path_is_not_a_drop_in(case):
                 assert ran_fused(lambda: sdpa(q, k, v))
 
 
-def test_fx_graphs_choose_at_run_time_or_hold_the_fused_call():
-    """torch.fx: the layers' call is one leaf node, which takes the plan's kernel at run time; a
-    function that calls sdpa or packed_sdpa itself (which fx does not wrap) is traced into the fused call."""
-    q, k, v, _ = operands(1, 2, 10, 8, torch.float32)
-
-    class Layer(nn.Module):
-        def forward(self, q, k, v):
-            return attend(q, k, v)[0]
+def test_fx_graphs_hold_the_fused_call():
+    """torch.fx traces an accelerated layer, or a function that calls sdpa or packed_sdpa, into the
+    standard fused call: a graph computes what the plain layer does."""
+    x = torch.randn(2, 3, 32, 32)
+    plain = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=3).eval()
+    fast = accelerate(copy.deepcopy(plain))
 
     class Direct(nn.Module):
         def forward(self, q, k, v):
@@ -169,10 +168,11 @@ def test_fx_graphs_choose_at_run_time_or_hold_the_fused_call():
         def forward(self, qkv, mask):
             return packed_sdpa(qkv, mask)
 
+    q, k, v, _ = operands(1, 2, 10, 8, torch.float32)
     with kernel_plan(attention_plan("explicit")):
-        layer = torch.fx.symbolic_trace(Layer())
-        assert "sdpa" in layer.code and "scaled_dot_product_attention" not in layer.code
-        assert not ran_fused(lambda: layer(q, k, v))
+        layer = torch.fx.symbolic_trace(fast)
+        assert "scaled_dot_product_attention" in layer.code
+        torch.testing.assert_close(layer(x), plain(x), atol=1e-5, rtol=1e-5)
         direct = torch.fx.symbolic_trace(Direct())
         assert "scaled_dot_product_attention" in direct.code
         torch.testing.assert_close(direct(q, k, v), sdpa(q, k, v), atol=1e-5, rtol=1e-5)
@@ -264,7 +264,7 @@ def test_the_choice_is_measured_once_and_kept_in_the_cache(monkeypatch, tmp_path
 @pytest.mark.parametrize("name,kwargs,size", SMALL_MODELS)
 def test_bf16_training_step_gradients_on_either_kernel_agree(name, kwargs, size):
     torch.manual_seed(0)
-    model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice
+    model = accelerate(vision_attn.create_model(name, img_size=size, **kwargs)).eval()  # no dropout: the same function twice
     x = torch.randn(2, 3, size, size)
 
     def step(kernel):

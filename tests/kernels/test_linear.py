@@ -21,6 +21,7 @@ from torch import nn
 
 import vision_attn
 from vision_attn.kernels import (
+    accelerate,
     FusedLinear,
     KernelChoice,
     KernelPlan,
@@ -143,7 +144,7 @@ def test_meta_tensors_and_fx_tracing():
         layer = FusedLinear(8, 4)
         with torch.no_grad():
             assert layer(torch.zeros(2, 8)).shape == (2, 4)
-    mlp = Mlp(8, 16)
+    mlp = accelerate(Mlp(8, 16))
     gm = torch.fx.symbolic_trace(mlp)
     assert "fused_linear" in gm.code and "_linear_pointwise" not in gm.code
     x = torch.randn(2, 8)
@@ -168,7 +169,7 @@ def test_meta_tensors_and_fx_tracing():
 
 @needs_onednn(torch.float32)
 def test_vit_inference_uses_onednn_and_matches_training_path_and_the_standard_kernels():
-    model = vision_attn.create_model("vit_tiny_patch16_224", depth=2, num_classes=7).eval()
+    model = accelerate(vision_attn.create_model("vit_tiny_patch16_224", depth=2, num_classes=7)).eval()
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert ran_onednn(lambda: model(x))
@@ -193,14 +194,14 @@ def test_inference_non_contiguous_operands_through_fused_linear():
 # linear_act: fused only for a plain FusedLinear and nn.GELU
 @needs_onednn(torch.float32)
 def test_linear_act_fuses_a_plain_layer_and_its_gelu():
-    mlp, x = Mlp(8, 16), torch.randn(3, 8)
+    mlp, x = accelerate(Mlp(8, 16)), torch.randn(3, 8)
     with torch.no_grad():
         ops = ops_of(lambda: mlp(x))
     assert ops.count(ONEDNN_OP) == 2 and "aten.gelu" not in ops  # fc1 with its GELU, then fc2
 
 
 def test_linear_act_calls_a_hooked_layer_or_activation_as_a_module():
-    mlp, x = Mlp(8, 16), torch.randn(3, 8)
+    mlp, x = accelerate(Mlp(8, 16)), torch.randn(3, 8)
     with torch.no_grad():
         ref = mlp(x)
     seen = []
@@ -581,7 +582,7 @@ def test_the_choice_is_kept_in_the_cache_so_later_runs_make_the_same(monkeypatch
 @pytest.mark.parametrize("name,kwargs,size", SMALL_MODELS)
 def test_model_training_step_gradients_equal_the_standard_path(name, kwargs, size):
     torch.manual_seed(0)
-    model = vision_attn.create_model(name, img_size=size, **kwargs).eval()  # no dropout: the same function twice
+    model = accelerate(vision_attn.create_model(name, img_size=size, **kwargs)).eval()  # no dropout: the same function twice
     x = torch.randn(2, 3, size, size)
 
     def grads(plan):

@@ -9,7 +9,8 @@ import torch
 
 from tests.peers import import_ultralytics
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.layers import MultiScaleDeformableAttention, multi_scale_deformable_attn, sampling_locations
+from vision_attn.kernels import accelerate, deformable_sample
+from vision_attn.layers import MultiScaleDeformableAttention, multi_scale_deformable_attn, sample_standard, sampling_locations
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 
@@ -32,15 +33,19 @@ def sampling_inputs(levels, batch=2, queries=9, heads=4, dim=8, points=3, dtype=
     return [t.requires_grad_() for t in (value, loc, attn)]
 
 
+SAMPLERS = pytest.mark.parametrize("sample", [sample_standard, deformable_sample], ids=["plain", "fast"])
+
+
+@SAMPLERS
 @pytest.mark.parametrize("levels", [
     [(7, 5), (3, 4)],                   # non-square
     [(1, 1)],                           # one level of one pixel
     [(2, 9), (5, 1), (4, 4)],           # three levels, a one-column one
     [(8, 8), (4, 4), (2, 2), (1, 1)],   # RT-DETR-like, four levels
 ])
-def test_function_matches_ultralytics(levels):
+def test_function_matches_ultralytics(levels, sample):
     value, loc, attn = sampling_inputs(levels)
-    ours = multi_scale_deformable_attn(value, levels, loc, attn)
+    ours = multi_scale_deformable_attn(value, levels, loc, attn, sample)
     peer = peer_function()(value, levels, loc.flatten(3, 4), attn.flatten(3))
     assert ours.shape == peer.shape == (2, 9, 4 * 8)
     torch.testing.assert_close(ours, peer, **TOL)
@@ -50,24 +55,26 @@ def test_function_matches_ultralytics(levels):
         assert b.abs().sum() > 0, name  # the check compares something
         torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"gradient of the {name}: {m}")
     # ultralytics' folded (levels * points) layout and an (L, 2) tensor of shapes give the same result
-    folded = multi_scale_deformable_attn(value, torch.tensor(levels), loc.flatten(3, 4), attn.flatten(3))
+    folded = multi_scale_deformable_attn(value, torch.tensor(levels), loc.flatten(3, 4), attn.flatten(3), sample)
     torch.testing.assert_close(folded, ours, atol=0, rtol=0)
 
 
-def test_locations_far_outside_read_zeros_and_no_gradient():
+@SAMPLERS
+def test_locations_far_outside_read_zeros_and_no_gradient(sample):
     levels = [(4, 6), (2, 3)]
     value, loc, attn = sampling_inputs(levels)
     far = (loc.detach() + torch.tensor([3.0, -2.0])).requires_grad_()  # every point beyond the maps
-    out = multi_scale_deformable_attn(value, levels, far, attn)
+    out = multi_scale_deformable_attn(value, levels, far, attn, sample)
     assert torch.equal(out, torch.zeros_like(out))
     out.sum().backward()
     assert torch.equal(far.grad, torch.zeros_like(far)) and torch.equal(value.grad, torch.zeros_like(value))
 
 
-def test_second_derivatives():
+@SAMPLERS
+def test_second_derivatives(sample):
     levels = [(3, 4), (2, 2)]
     inputs = sampling_inputs(levels, batch=1, queries=3, heads=2, dim=3, points=2, dtype=torch.float64)
-    fn = lambda v, l, a: multi_scale_deformable_attn(v, levels, l, a)  # noqa: E731
+    fn = lambda v, l, a: multi_scale_deformable_attn(v, levels, l, a, sample)  # noqa: E731
     assert torch.autograd.gradcheck(fn, inputs)
     assert torch.autograd.gradgradcheck(fn, inputs)
 
@@ -94,10 +101,13 @@ def test_state_dict_and_initialisation_equal_ultralytics():
     assert MultiScaleDeformableAttention().state_dict()["sampling_offsets.weight"].shape == (256, 256)
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["plain", "accelerated"])
 @pytest.mark.parametrize("coords, masked", [(2, False), (4, False), (2, True), (4, True)])
-def test_module_matches_ultralytics(coords, masked):
+def test_module_matches_ultralytics(coords, masked, fast):
     levels = [(6, 5), (3, 4), (2, 1)]
     ours, peer = modules()
+    if fast:
+        accelerate(ours)
     for m in (ours, peer):  # random weights everywhere, offsets of a few pixels
         torch.manual_seed(1)
         for p in m.parameters():

@@ -1,14 +1,30 @@
-"""layers.tables: constant tables built once per key, outside the state dict, usable by a training pass
-after an inference-mode one, and built in the graph when traced."""
+"""layers.tables: constant tables outside the state dict, built on every call by a plain layer; on the
+fast path (kernels.accelerate) built once per key, usable by a training pass after an inference-mode
+one, and built in the graph when traced."""
 import pytest
 import torch
+from torch import nn
 
 import vision_attn
+from vision_attn.kernels import accelerate
 from vision_attn.layers.tables import Tables
 
 
-def test_built_once_per_key_as_normal_tensors_even_under_inference_mode():
+def kept() -> Tables:
+    holder = nn.Module()
+    holder.tables = Tables()
+    return accelerate(holder).tables
+
+
+def test_plain_tables_are_built_on_every_call():
     tables, calls = Tables(), []
+    tables.get("a", lambda: calls.append(1))
+    tables.get("a", lambda: calls.append(1))
+    assert len(calls) == 2
+
+
+def test_built_once_per_key_as_normal_tensors_even_under_inference_mode():
+    tables, calls = kept(), []
 
     def build():
         calls.append(1)
@@ -25,7 +41,7 @@ def test_built_once_per_key_as_normal_tensors_even_under_inference_mode():
 
 
 def test_built_in_the_graph_while_traced():
-    tables = Tables()
+    tables = kept()
 
     def f(x):
         return x + tables.get("t", lambda: torch.ones(3), x)
@@ -46,6 +62,7 @@ def test_position_tables_from_an_inference_pass_serve_a_training_pass(pos_embed)
     # were inference tensors, and the training pass failed ("Inference tensors cannot be saved for backward")
     torch.manual_seed(0)
     model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, pos_embed=pos_embed, num_classes=3)
+    accelerate(model)
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
         first = model(x)

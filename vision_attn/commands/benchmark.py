@@ -42,6 +42,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
     from vision_attn.export.runtimes import RuntimeModel, check_precision, parse_runtimes
+    from vision_attn.kernels import accelerate
 
     batches = parse_batches(args.batch)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -65,7 +66,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
             target = load_target(name, scale=args.scale, device="cpu")
             img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
             if "torch" in runtimes:
-                models[target.name] = target.model
+                models[target.name] = accelerate(target.model)  # ours on the CPU fast paths the plan chooses
             for rt in runtimes:
                 if rt != "torch":
                     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)

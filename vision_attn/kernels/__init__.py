@@ -1,20 +1,25 @@
 """The CPU fast paths, in one package: which kernel computes a linear layer or an attention.
 
-Layers use :class:`FusedLinear` (an ``nn.Linear``), :func:`fused_linear` (``F.linear``'s twin),
-:func:`linear_act` (a linear layer and its GELU in one kernel), :func:`sdpa` and
-:func:`packed_sdpa` (``scaled_dot_product_attention``'s twins), and ask :func:`tracing` whether a
-graph is being captured; nothing outside this package knows which kernel runs. :func:`freeze`
-readies a model for inference once (weights cast, linear weights kept in oneDNN's layout). The kernel plan
+The layers and models are plain PyTorch. :func:`accelerate` puts a built model on the fast paths from
+outside, in place (state-dict keys unchanged): ``nn.Linear`` becomes :class:`FusedLinear`, attention
+calls :func:`sdpa` and :func:`packed_sdpa` (``scaled_dot_product_attention``'s twins), a linear layer
+and its GELU run as one kernel (:func:`linear_act`), tables are kept between calls; only this package
+asks whether a graph is being captured (:func:`tracing`). :func:`freeze` readies a model for
+inference once (accelerated, weights cast, linear weights kept in oneDNN's layout). The kernel plan
 (:mod:`~vision_attn.kernels.plan`) decides: ``"measured"`` by default, ``"aten"`` (PyTorch's standard
 kernels: the fast paths off), ``"onednn"`` (fixed), or one a run folder recorded. Switch it with
 :func:`set_kernel_plan` / :func:`kernel_plan` or ``VISION_ATTN_KERNELS=aten|onednn|measured``.
 
 Inside the package: capture.py (is a graph being captured), timing.py and measure.py (the
 self-checks), cache.py (their results on disk), onednn.py and explicit.py (the kernels), plan.py,
-linear.py and attention.py (the dispatch), freeze.py (inference).
+linear.py and attention.py (the dispatch), fast_paths.py (the fast paths put on a model: accelerate), judge.py
+(a plan judged on a model's whole step), freeze.py (inference).
 """
+from vision_attn.kernels.fast_paths import accelerate
 from vision_attn.kernels.attention import MAX_EXPLICIT_TOKENS, packed_sdpa, sdpa
+from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.freeze import freeze
+from vision_attn.kernels.judge import judge_plan
 from vision_attn.kernels.capture import capturing_graph, fx_tracing, onnx_exporting, tracing
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
 from vision_attn.kernels.onednn import FLOP_FORMULAS, onednn_works
@@ -31,8 +36,8 @@ from vision_attn.kernels.plan import (
 )
 
 __all__ = [
-    "FusedLinear", "fused_linear", "linear_act", "sdpa", "packed_sdpa", "MAX_EXPLICIT_TOKENS",
-    "onednn_works", "freeze",
+    "FusedLinear", "fused_linear", "linear_act", "sdpa", "packed_sdpa", "deformable_sample", "MAX_EXPLICIT_TOKENS",
+    "onednn_works", "accelerate", "freeze", "judge_plan",
     "tracing", "capturing_graph", "onnx_exporting", "fx_tracing",
     "KernelPlan", "KernelChoice", "LinearKernels", "PLAN_NAMES", "ENV", "current_plan", "set_kernel_plan",
     "kernel_plan", "resolve_plan", "FLOP_FORMULAS",

@@ -40,13 +40,14 @@ def _explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return plan.choice(q.dtype).attention == "explicit"
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-              dropout_p: float = 0.0) -> torch.Tensor:
-    """softmax(q kᵀ/√d + mask) v over (B, heads, N, d) operands -> (B, heads, N, d); ``mask`` is
-    additive and broadcasts to (B, heads, N, M)."""
-    if _explicit(q, k, v, mask, dropout_p):
-        return explicit_attention(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+         dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(q kᵀ/√d + attn_mask) v over (B, heads, N, d) operands -> (B, heads, N, d), with
+    ``F.scaled_dot_product_attention``'s signature; ``attn_mask`` is additive and broadcasts to
+    (B, heads, N, M)."""
+    if _explicit(q, k, v, attn_mask, dropout_p):
+        return explicit_attention(q, k, v, attn_mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
 
 
 def packed_sdpa(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:

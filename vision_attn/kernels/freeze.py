@@ -12,17 +12,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vision_attn.kernels.fast_paths import accelerate
 from vision_attn.kernels.linear import FusedLinear
 
 __all__ = ["freeze"]
 
 
 def freeze(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
-    """``model`` (in place, and returned) in eval mode without gradients, its parameters and floating
-    buffers in ``dtype`` (None: as they are), its fused linear layers frozen. Its inputs must then be
+    """``model`` (in place, and returned) on the fast paths (:func:`~vision_attn.kernels.accelerate`) in
+    eval mode without gradients, its parameters and floating buffers in ``dtype`` (None: as they are),
+    its fused linear layers frozen. Its inputs must then be
     in ``dtype`` too (``model(x.to(dtype))``); bf16 computes everything in bfloat16, as OpenVINO's
     ``bf16`` hint does, where autocast keeps some ops and the residual stream in float32."""
-    model.eval().requires_grad_(False)
+    accelerate(model).eval().requires_grad_(False)
     if dtype is not None:
         model.to(dtype)
     for module in model.modules():

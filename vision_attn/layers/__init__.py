@@ -7,6 +7,7 @@ from vision_attn.layers.block import BLOCKS, Block, LayerNorm6, PostNormBlock
 from vision_attn.layers.deformable_attention import (
     MultiScaleDeformableAttention,
     multi_scale_deformable_attn,
+    sample_standard,
     sampling_locations,
 )
 from vision_attn.layers.drop_path import DropPath, drop_path
@@ -49,6 +50,6 @@ __all__ = [
     "gather_tokens", "region_mask",
     "relative_position_index", "resample_relative_position_bias", "SwinBlock", "WindowRule", "TimmWindows",
     "TorchvisionWindows", "WINDOW_RULES", "SwinV2Block", "PatchMergingV2", "CosineWindowAttention",
-    "TorchvisionCosineWindowAttention", "MultiScaleDeformableAttention", "multi_scale_deformable_attn",
+    "TorchvisionCosineWindowAttention", "MultiScaleDeformableAttention", "multi_scale_deformable_attn", "sample_standard",
     "sampling_locations",
 ]

@@ -1,24 +1,20 @@
 """Multi-head self-attention on ``scaled_dot_product_attention``.
 
-The fused kernel never forms the (N, N) attention matrix; on the CPU the kernel plan may choose
-the explicit product instead (:func:`vision_attn.kernels.sdpa`). When a tool needs the weights
+The fused kernel never forms the (N, N) attention matrix. When a tool needs the weights
 (attention maps, rollout), :func:`record_attention` switches the modules of a model to computing
 them for the duration of a ``with`` block and collects each layer's softmax weights.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import FusedLinear, sdpa
 from vision_attn.layers.pos_embed import apply_rope
-
-torch.fx.wrap("sdpa")  # torch.fx: one leaf node that chooses its kernel at run time, as eagerly
 
 
 def attend(
@@ -28,14 +24,15 @@ def attend(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     keep_weights: bool = False,
+    sdpa: Callable[..., torch.Tensor] = F.scaled_dot_product_attention,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T / sqrt(d) + mask) v over (B, heads, N, d) inputs.
+    """softmax(q k^T / sqrt(d) + mask) v over (B, heads, N, d) inputs, by ``sdpa``.
 
     ``mask`` is additive and broadcasts to (B, heads, N, N). Returns the output (B, heads, N, d) and,
     only when ``keep_weights``, the softmax weights (B, heads, N, N) computed explicitly.
     """
     if not keep_weights:
-        return sdpa(q, k, v, mask, dropout_p), None
+        return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, N, N)
     if mask is not None:
         attn = attn + mask
@@ -49,8 +46,11 @@ class Attention(nn.Module):
 
     One fused ``qkv`` projection and an output ``proj`` (timm's keys). ``rope``, when given, is a
     (cos, sin) pair of tables that rotates queries and keys of the patch tokens (2D RoPE).
+    ``sdpa`` is the attention function (``F.scaled_dot_product_attention``'s signature); a CPU fast
+    path replaces it from outside (:func:`vision_attn.kernels.accelerate`).
     """
 
+    sdpa = staticmethod(F.scaled_dot_product_attention)
     keep_weights: bool
     weights: torch.Tensor | None
 
@@ -69,30 +69,26 @@ class Attention(nn.Module):
             raise ConfigError(f"embed_dim {dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.qkv = FusedLinear(dim, dim * 3, bias=qkv_bias)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.q_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.attn_drop = attn_drop
-        self.proj = FusedLinear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.keep_weights = False
         self.weights = None
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-                queries: int | None = None) -> torch.Tensor:
-        """Tokens (B, N, D) -> (B, N, D); with ``queries``, only the first ``queries`` tokens attend
-        (to all N): (B, queries, D)."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Tokens (B, N, D) -> (B, N, D)."""
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if queries is not None:
-            q = q[:, :, :queries]  # (B, heads, queries, d)
         x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
-                                 keep_weights=self.keep_weights)
-        x = x.transpose(1, 2).reshape(B, q.shape[2], C)  # (B, N or queries, D)
+                                 keep_weights=self.keep_weights, sdpa=self.sdpa)
+        x = x.transpose(1, 2).reshape(B, N, C)  # (B, N, D)
         return self.proj_drop(self.proj(x))
 
 

@@ -7,16 +7,14 @@ so timm's SigLIP files load as they are.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import FusedLinear, sdpa
 from vision_attn.layers.block import LayerNorm6
 from vision_attn.layers.mlp import Mlp
 
 __all__ = ["AttentionPoolLatent"]
-
-torch.fx.wrap("sdpa")  # torch.fx: one leaf node that chooses its kernel at run time, as eagerly
 
 
 class AttentionPoolLatent(nn.Module):
@@ -24,8 +22,10 @@ class AttentionPoolLatent(nn.Module):
     result is projected (``proj``), then a residual MLP on its norm: ``y + mlp(norm(y))``.
 
     (B, N, D) -> (B, D). Only the query is learned, so the pooled vector is a softmax-weighted mix of
-    the tokens' values, per head.
+    the tokens' values, per head. ``sdpa``: as :class:`~vision_attn.layers.attention.Attention`'s.
     """
+
+    sdpa = staticmethod(F.scaled_dot_product_attention)
 
     def __init__(
         self,
@@ -42,9 +42,9 @@ class AttentionPoolLatent(nn.Module):
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.latent = nn.Parameter(torch.zeros(1, 1, dim))
-        self.q = FusedLinear(dim, dim, bias=qkv_bias)
-        self.kv = FusedLinear(dim, 2 * dim, bias=qkv_bias)
-        self.proj = FusedLinear(dim, dim)
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, 2 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
         self.norm = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
         nn.init.trunc_normal_(self.latent, std=dim ** -0.5)
@@ -57,7 +57,7 @@ class AttentionPoolLatent(nn.Module):
         q = q.reshape(B, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, heads, 1, d)
         kv = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (2, B, heads, N, d)
         k, v = kv.unbind(0)
-        y = sdpa(q, k, v).transpose(1, 2).reshape(B, 1, D)  # (B, 1, D)
+        y = self.sdpa(q, k, v).transpose(1, 2).reshape(B, 1, D)  # (B, 1, D)
         y = self.proj(y)
         y = y + self.mlp(self.norm(y))
         return y[:, 0]  # (B, D)

@@ -55,13 +55,6 @@ class Block(nn.Module):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
-    def forward_queries(self, x: torch.Tensor, queries: int,
-                        rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """The first ``queries`` rows of ``forward(x)``, (B, queries, D), without computing the others:
-        those tokens attend to all of ``x``; the rest of the block is per token."""
-        y = x[:, :queries] + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope, queries=queries)))
-        return y + self.drop_path2(self.ls2(self.mlp(self.norm2(y))))
-
 
 class PostNormBlock(Block):
     """Post-norm block (Vaswani et al. 2017, "Post-LN"): norm(x + attn(x)), then norm(x + mlp(x)).

@@ -11,7 +11,6 @@ timm, the official code and torchvision compute this explicitly, (N, N) weights 
 on the same single fused ``scaled_dot_product_attention`` call as Swin V1
 (:class:`~vision_attn.layers.window_attention.WindowAttention`): q and k are L2-normalised, τ_h·√d is
 folded into q (the kernel divides by √d), and the bias and the shifted-window mask are one additive mask.
-At inference q and k are scaled in place and the bias is cached until the MLP's weights change.
 
 Keys: ``qkv.weight`` (no bias), ``q_bias``, ``v_bias`` (the key has no bias), ``logit_scale`` (heads, 1, 1),
 ``cpb_mlp.0``, ``cpb_mlp.2``, ``proj`` (timm's and the official layout).
@@ -27,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.kernels import tracing
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.tables import Tables
 from vision_attn.layers.window_attention import WindowAttention
@@ -71,7 +69,6 @@ class CosineWindowAttention(WindowAttention):
         self.pretrained_window_size = to_2tuple(pretrained_window_size)
         self._init_qkv_bias(qkv_bias)
         self._coords = Tables()  # device -> the offsets the bias MLP takes
-        self._bias_cache: tuple[tuple, torch.Tensor] | None = None
 
     def _init_position_bias(self) -> None:
         self.logit_scale = nn.Parameter(torch.full((self.num_heads, 1, 1), math.log(10.0)))
@@ -89,19 +86,8 @@ class CosineWindowAttention(WindowAttention):
         return torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
 
     def relative_position_bias(self) -> torch.Tensor:
-        """16 · sigmoid(MLP(log-spaced offsets)) gathered per pair of tokens: (heads, N, N).
-
-        Where no gradient reaches the MLP (inference, a frozen MLP) the result is cached, keyed by
-        the storage and version counter of each MLP parameter, so that an optimiser step or a
-        ``load_state_dict`` (both write in place) recomputes it."""
-        params = tuple(self.cpb_mlp.parameters())
-        if tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
-            return self._continuous_bias()
-        key = tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
-        if self._bias_cache is None or self._bias_cache[0] != key:
-            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: usable where gradients flow
-                self._bias_cache = (key, self._continuous_bias())
-        return self._bias_cache[1]
+        """16 · sigmoid(MLP(log-spaced offsets)) gathered per pair of tokens: (heads, N, N)."""
+        return self._continuous_bias()
 
     def _continuous_bias(self) -> torch.Tensor:
         device = self.logit_scale.device
@@ -121,12 +107,6 @@ class CosineWindowAttention(WindowAttention):
         h = self.num_heads
         qkv = qkv.view(B, N, G // h, h, 3, d)
         factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
-        if not tracing(qkv) and not (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
-            # inference: scale q and k in place in the projection's fresh output (one pass, no new tensor)
-            qk = qkv[..., :2, :]
-            norm = torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min_(1e-12)  # (B, N, nW, heads, 2, 1)
-            qk.mul_(factor[..., None] / norm)
-            return qkv.view(B, N, G, 3, d)
         qk = F.normalize(qkv[..., :2, :], dim=-1) * factor[..., None]  # (B, N, nW, heads, 2, d)
         return torch.cat([qk, qkv[..., 2:, :]], dim=-2).view(B, N, G, 3, d)
 

@@ -12,10 +12,9 @@ of queries and independent of the feature map's size (only the value projection 
 is a bag of levels x points x 4 corners rows of the value table (B * S * heads, d), each row weighted
 by its bilinear weight times the point's attention weight. The value is read where the projection
 wrote it (no per-level transpose, no sampled (B * heads, d, Q, L * P) tensor, no final transpose).
-Its backward is written out (:class:`_DeformableSampling`): the weights' gradient as a sampled matrix
-product over the bags' rows, the value's gradient as the transposed bag (rows sorted by table row). Under
-graph capture (ONNX export, tracing, ``torch.compile``) and for second derivatives the same corners
-and weights feed a gather and a matrix product of standard ops.
+The corners and weights feed a gather and a matrix product of standard ops (:func:`sample_standard`),
+which every exporter knows; the CPU fast path (``embedding_bag`` with its backward written out) is
+put on a model from outside (:func:`vision_attn.kernels.accelerate`) through ``sample``.
 
 :class:`MultiScaleDeformableAttention` is ultralytics' ``MSDeformAttn``: the same arguments, parameter
 names, shapes and initialisation, so its state dict loads as it is.
@@ -23,19 +22,19 @@ names, shapes and initialisation, so its state dict loads as it is.
 from __future__ import annotations
 
 import math
-import warnings
-from typing import Any, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.kernels import FusedLinear, capturing_graph
 
-__all__ = ["MultiScaleDeformableAttention", "multi_scale_deformable_attn", "sampling_locations"]
+__all__ = ["MultiScaleDeformableAttention", "multi_scale_deformable_attn", "sampling_locations", "sample_standard",
+           "corners"]
 
 LevelShapes = Union[Sequence[Sequence[int]], torch.Tensor]
-_SUM = 0  # embedding_bag's mode "sum"
+Sampler = Callable[..., torch.Tensor]
+"""``sample(table, locations, attention, levels, tokens, queries, heads) -> (N, d)``: :func:`sample_standard`'s signature."""
 
 
 def _levels(value_shapes: LevelShapes, tokens: int) -> list[tuple[int, int]]:
@@ -53,7 +52,7 @@ def _levels(value_shapes: LevelShapes, tokens: int) -> list[tuple[int, int]]:
     return levels
 
 
-def _corners(locations: torch.Tensor, attention: torch.Tensor, levels: list[tuple[int, int]], tokens: int,
+def corners(locations: torch.Tensor, attention: torch.Tensor, levels: list[tuple[int, int]], tokens: int,
              queries: int, heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The four bilinear neighbours of every sampling location: their table rows and weights.
 
@@ -99,97 +98,17 @@ def _corners(locations: torch.Tensor, attention: torch.Tensor, levels: list[tupl
     return rows, weights, w, inside, size
 
 
-def _offsets(count: int, size: int, like: torch.Tensor) -> torch.Tensor:
-    return torch.arange(0, count * size, size, dtype=like.dtype, device=like.device)
-
-
-def _weight_grad(grad: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """d out / d weights: (N, K), the dot product of each bag's output gradient (N, d) with each of its
-    rows of the table (R, d). On the CPU a sampled matrix product over the bags' sparsity pattern (4x
-    faster than embedding_bag's own per-weight backward there)."""
-    n, k = rows.shape
-    # The pattern's rows hold repeated and unsorted columns, which CSR's invariants exclude but the CPU
-    # kernel computes entry by entry (the tests compare these gradients with ultralytics'); it needs no
-    # more entries than the dense (N, R) shape holds.
-    if table.device.type == "cpu" and table.dtype in (torch.float32, torch.float64) and k <= table.shape[0]:
-        with warnings.catch_warnings():  # "sparse CSR tensor support is in beta state"
-            warnings.simplefilter("ignore", UserWarning)
-            pattern = torch.sparse_csr_tensor(_offsets(n + 1, k, rows), rows.reshape(-1),
-                                              torch.ones(n * k, dtype=grad.dtype), size=(n, table.shape[0]),
-                                              check_invariants=False)
-        return torch.sparse.sampled_addmm(pattern, grad, table.t(), beta=0.0).values().view(n, k)
-    return torch.ops.aten._embedding_bag_per_sample_weights_backward(
-        grad, table, rows.reshape(-1), _offsets(n, k, rows), _offsets(n, 1, rows).repeat_interleave(k),
-        _SUM, -1).view(n, k)
-
-
-class _DeformableSampling(torch.autograd.Function):
-    """The weighted sum of table rows as one ``embedding_bag`` with its backward written out.
-
-    Inputs: ``table`` (R, d) the value, ``locations`` (N, L, P, 2), ``attention`` (N, L, P); output
-    (N, d). The forward keeps the neighbours' rows and weights. The gradients of the locations and
-    attention weights come from the gradient of each row's weight (one dot product per row), the
-    table's from the transposed bag: every table row is a bag of the output gradients that read it.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, table: torch.Tensor, locations: torch.Tensor, attention: torch.Tensor,
-                levels: list[tuple[int, int]], tokens: int, queries: int, heads: int) -> torch.Tensor:
-        rows, weights, w, inside, size = _corners(locations, attention, levels, tokens, queries, heads)
-        n, k = rows.shape
-        out = torch.ops.aten._embedding_bag(table, rows.reshape(-1), _offsets(n, k, rows), False, _SUM, False,
-                                            weights.reshape(-1), False, -1)[0]  # (N, d)
-        ctx.save_for_backward(table, locations, attention, rows, weights, w, inside)
-        ctx.size, ctx.args = size, (levels, tokens, queries, heads)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        table, locations, attention, rows, weights, w, inside = ctx.saved_tensors
-        need_table, need_loc, need_attn = ctx.needs_input_grad[:3]
-        nones = (None, None, None, None)
-        if torch.is_grad_enabled():  # create_graph: standard ops, which autograd can differentiate again
-            inputs = [t for t, need in ((table, need_table), (locations, need_loc), (attention, need_attn)) if need]
-            out = _sample_standard(table, locations, attention, *ctx.args)
-            grads = iter(torch.autograd.grad(out, inputs, grad, create_graph=True))
-            return (next(grads) if need_table else None, next(grads) if need_loc else None,
-                    next(grads) if need_attn else None, *nones)
-        n, k = rows.shape
-        grad = grad.contiguous()  # (N, d)
-        grad_table = grad_loc = grad_attn = None
-        if need_table:  # the transposed bag: each table row sums weight * grad over the samples that read it
-            flat = rows.reshape(-1)
-            order = flat.sort(stable=True).indices  # a radix sort
-            counts = torch.bincount(flat, minlength=table.shape[0])
-            bag_weights = weights.reshape(-1).index_select(0, order)
-            grad_table = torch.ops.aten._embedding_bag(grad, order // k, counts.cumsum(0) - counts, False, _SUM,
-                                                       False, bag_weights, False, -1)[0]  # (R, d)
-        if need_loc or need_attn:
-            levels, points = attention.shape[1:]
-            grad_w = _weight_grad(grad, table, rows).view(n, 2, 2, levels, points).permute(1, 2, 3, 0, 4)
-            grad_w = grad_w.contiguous()  # (2 y, 2 x, L, N, P)
-            wx, wy = w[0], w[1]  # (2, L, N, P) each
-            if need_attn:
-                grad_attn = (grad_w * (wy[:, None] * wx[None])).sum((0, 1)).permute(1, 0, 2)  # (N, L, P)
-            if need_loc:
-                g = grad_w * attention.permute(1, 0, 2)
-                slope = inside * torch.tensor([-1.0, 1.0], dtype=g.dtype, device=g.device)[:, None, None, None]
-                grad_x = ((g * wy[:, None]).sum(0) * slope[0]).sum(0)  # (L, N, P): d w / d frac
-                grad_y = ((g * wx[None]).sum(1) * slope[1]).sum(0)
-                grad_loc = (torch.stack([grad_x, grad_y]) * ctx.size).permute(2, 1, 3, 0)  # (N, L, P, 2)
-        return grad_table, grad_loc, grad_attn, *nones
-
-
-def _sample_standard(table: torch.Tensor, locations: torch.Tensor, attention: torch.Tensor,
-                     levels: list[tuple[int, int]], tokens: int, queries: int, heads: int) -> torch.Tensor:
-    """The same sum from standard ops (a gather, then a matrix product): what a captured graph holds."""
-    rows, weights, _, _, _ = _corners(locations, attention, levels, tokens, queries, heads)
+def sample_standard(table: torch.Tensor, locations: torch.Tensor, attention: torch.Tensor,
+                    levels: list[tuple[int, int]], tokens: int, queries: int, heads: int) -> torch.Tensor:
+    """The weighted sum of every bag's rows of the value table (R, d) from standard ops (a gather, then a
+    matrix product), for ``locations`` (N, L, P, 2) and ``attention`` (N, L, P): (N, d)."""
+    rows, weights, _, _, _ = corners(locations, attention, levels, tokens, queries, heads)
     picked = table[rows.long()]  # (N, K, d); ONNX's GatherND takes int64 indices only
     return torch.matmul(weights[:, None, :], picked).squeeze(1)  # (N, d)
 
 
 def multi_scale_deformable_attn(value: torch.Tensor, value_shapes: LevelShapes, sampling_locations: torch.Tensor,
-                                attention_weights: torch.Tensor) -> torch.Tensor:
+                                attention_weights: torch.Tensor, sample: Sampler = sample_standard) -> torch.Tensor:
     """Bilinear samples of every level's value at the given locations, summed with the attention weights.
 
     ``value`` (B, S, heads, d): the levels' (H_l, W_l) maps flattened row-major and concatenated, S =
@@ -228,10 +147,7 @@ def multi_scale_deformable_attn(value: torch.Tensor, value_shapes: LevelShapes, 
     table = value.reshape(-1, dim)  # (B * S * heads, d): a view of a contiguous value
     locations = sampling_locations.reshape(-1, n_levels, points, 2)  # (N, L, P, 2), N = B * Q * heads
     attention = attention_weights.reshape(-1, n_levels, points)  # (N, L, P)
-    if capturing_graph():
-        out = _sample_standard(table, locations, attention, levels, tokens, queries, heads)
-    else:
-        out = _DeformableSampling.apply(table, locations, attention, levels, tokens, queries, heads)
+    out = sample(table, locations, attention, levels, tokens, queries, heads)  # (N, d)
     return out.view(-1, queries, heads * dim)  # (B, Q, heads * d)
 
 
@@ -267,7 +183,10 @@ class MultiScaleDeformableAttention(nn.Module):
     ultralytics' initialisation: zero offset weights and a bias that puts point i of each head at
     distance i + 1 along the head's direction (angles 2 pi h / heads, scaled to the unit square's
     border), uniform attention (zeros), Xavier value and output projections with zero biases.
+    ``sample``: the weighted sum of sampled values (:func:`sample_standard`'s signature).
     """
+
+    sample = staticmethod(sample_standard)
 
     def __init__(self, d_model: int = 256, n_levels: int = 4, n_heads: int = 8, n_points: int = 4) -> None:
         super().__init__()
@@ -279,10 +198,10 @@ class MultiScaleDeformableAttention(nn.Module):
         self.d_model, self.n_levels, self.n_heads, self.n_points = d_model, n_levels, n_heads, n_points
         self.head_dim = d_model // n_heads
         samples = n_heads * n_levels * n_points
-        self.sampling_offsets = FusedLinear(d_model, samples * 2)
-        self.attention_weights = FusedLinear(d_model, samples)
-        self.value_proj = FusedLinear(d_model, d_model)
-        self.output_proj = FusedLinear(d_model, d_model)
+        self.sampling_offsets = nn.Linear(d_model, samples * 2)
+        self.attention_weights = nn.Linear(d_model, samples)
+        self.value_proj = nn.Linear(d_model, d_model)
+        self.output_proj = nn.Linear(d_model, d_model)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -317,7 +236,8 @@ class MultiScaleDeformableAttention(nn.Module):
         weights = self.attention_weights(query).unflatten(-1, (heads, levels * points))  # (B, Q, heads, L*P)
         weights = weights.softmax(-1)  # over the levels and points of a head
         locations = sampling_locations(refer_bbox, offsets, value_shapes)  # (B, Q, heads, L, P, 2)
-        out = multi_scale_deformable_attn(value, value_shapes, locations, weights.unflatten(-1, (levels, points)))
+        sample = () if self.sample is sample_standard else (self.sample,)  # torch.fx passes no function to a leaf call
+        out = multi_scale_deformable_attn(value, value_shapes, locations, weights.unflatten(-1, (levels, points)), *sample)
         return self.output_proj(out)  # (B, Q, D)
 
     def extra_repr(self) -> str:

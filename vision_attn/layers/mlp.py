@@ -5,14 +5,12 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import FusedLinear, linear_act
 
 
 class Mlp(nn.Module):
     """Linear -> activation -> dropout -> Linear -> dropout, over the last dimension.
 
-    Keys ``fc1`` and ``fc2`` match timm's, so its checkpoints load unchanged. ``fc1`` and a GELU run
-    as one kernel where the kernel plan allows (:func:`~vision_attn.kernels.linear_act`).
+    Keys ``fc1`` and ``fc2`` match timm's, so its checkpoints load unchanged.
     """
 
     def __init__(
@@ -27,14 +25,14 @@ class Mlp(nn.Module):
         super().__init__()
         hidden_features = hidden_features or in_features
         out_features = out_features or in_features
-        self.fc1 = FusedLinear(in_features, hidden_features, bias=bias)
+        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
         self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
-        self.fc2 = FusedLinear(hidden_features, out_features, bias=bias)
+        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.drop1(linear_act(self.fc1, x, self.act))  # (..., hidden)
+        x = self.drop1(self.act(self.fc1(x)))  # (..., hidden)
         return self.drop2(self.fc2(x))
 
 
@@ -61,7 +59,7 @@ class SwiGLU(Mlp):
         if hidden_features % 2:
             raise ConfigError(f"SwiGLU needs an even hidden width (gate and value halves), got {hidden_features}")
         super().__init__(in_features, hidden_features, out_features, act_layer=act_layer, drop=drop, bias=bias)
-        self.fc2 = FusedLinear(hidden_features // 2, out_features or in_features, bias=bias)
+        self.fc2 = nn.Linear(hidden_features // 2, out_features or in_features, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, value = self.fc1(x).chunk(2, dim=-1)  # (..., hidden/2) each

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.kernels import FusedLinear
 
 
 def pad_to_even(x: torch.Tensor) -> torch.Tensor:
@@ -34,7 +33,7 @@ class PatchMerging(nn.Module):
         self.dim = dim
         self.out_dim = out_dim or 2 * dim
         self.norm = norm_layer(self._norm_features())
-        self.reduction = FusedLinear(4 * dim, self.out_dim, bias=False)
+        self.reduction = nn.Linear(4 * dim, self.out_dim, bias=False)
 
     def _norm_features(self) -> int:
         return 4 * self.dim

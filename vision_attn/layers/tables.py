@@ -1,12 +1,8 @@
 """Constant tables a layer derives from its configuration and the input's size (position indices,
-region masks, sine-cosine and rotary tables), built once per key and kept outside the state dict."""
+region masks, sine-cosine and rotary tables), kept outside the state dict."""
 from __future__ import annotations
 
 from typing import Callable, Hashable, TypeVar
-
-import torch
-
-from vision_attn.kernels import tracing
 
 __all__ = ["Tables"]
 
@@ -14,27 +10,11 @@ T = TypeVar("T")
 
 
 class Tables:
-    """Tables built by ``build()`` on the first :meth:`get` of their key and kept in a plain dict (not
-    buffers: never saved in a state dict, never moved by ``.to``; a key names its device and dtype).
-
-    They are built as normal tensors even under ``torch.inference_mode``, so that a later pass that
-    records gradients can use them. While a model is compiled, traced or exported (or one of the
-    ``values`` passed to :meth:`get` is a torch.fx proxy) they are built in the graph every time.
-    """
-
-    def __init__(self) -> None:
-        self._tables: dict[Hashable, object] = {}
+    """A layer's tables by key: :meth:`get` builds one with ``build()`` on every call, so that every
+    graph (traced, exported, compiled) holds what the eager model computes. Nothing of it is in the
+    state dict. Keeping them between calls is a fast path applied from outside
+    (:func:`vision_attn.kernels.accelerate`): a subclass that overrides :meth:`get`. ``values``: the
+    tensors the table derives from (a cache must build afresh while they are traced)."""
 
     def get(self, key: Hashable, build: Callable[[], T], *values: object) -> T:
-        if tracing(*values):
-            return build()
-        if key not in self._tables:
-            with torch.inference_mode(False):
-                self._tables[key] = build()
-        return self._tables[key]  # type: ignore[return-value]
-
-    def __len__(self) -> int:
-        return len(self._tables)
-
-    def clear(self) -> None:
-        self._tables.clear()
+        return build()

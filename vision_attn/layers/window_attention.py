@@ -11,24 +11,22 @@ the gather 4 ms. :class:`ShiftedWindows` builds the gather order and the additiv
 :class:`WindowAttention` adds the relative position bias and the region mask into one additive mask
 for ``scaled_dot_product_attention``. With token-major windows (B, N, nW, C) the windows fold into
 the head dimension, q (B, nW*heads, N, d), as strided views of the qkv projection, so that the
-(nW*heads, N, N) mask broadcasts over the batch and nothing is copied per image
-(:func:`vision_attn.kernels.packed_sdpa`, whose training path recomputes the softmax in the backward
-pass: no (N, N) weights are kept between the passes).
+(nW*heads, N, N) mask covers every image and nothing is copied per image.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import FusedLinear, fused_linear, fx_tracing, packed_sdpa, tracing
 from vision_attn.layers.attention import attend
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.tables import Tables
 
 __all__ = [
     "window_partition", "window_reverse", "window_index", "gather_tokens", "relative_position_index", "region_mask",
-    "ShiftedWindows", "resample_relative_position_bias", "attend_packed", "WindowAttention",
+    "ShiftedWindows", "resample_relative_position_bias", "WindowAttention",
 ]
 
 MASK_VALUE = -100.0  # what the official code, timm and torchvision add between regions (not -inf)
@@ -106,25 +104,9 @@ def window_index(size: tuple[int, int], window: tuple[int, int], shift: tuple[in
     return (src.T if token_major else src).flatten()  # (Hp*Wp,)
 
 
-class _GatherTokens(torch.autograd.Function):
-    """``x.index_select(1, index)`` for a permutation ``index``, whose gradient is the gather by
-    ``inverse`` (a copy, where the generic gradient of index_select zero-fills and scatter-adds)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
-        ctx.inverse = inverse
-        return x.index_select(1, index)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad.index_select(1, ctx.inverse), None, None
-
-
 def gather_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
     """Tokens (B, L, C) reordered by the permutation ``index`` (L,); ``inverse`` undoes it."""
-    if tracing() or not (torch.is_grad_enabled() and x.requires_grad):
-        return x.index_select(1, index)
-    return _GatherTokens.apply(x, index, inverse)
+    return x.index_select(1, index)
 
 
 class ShiftedWindows(Tables):
@@ -209,20 +191,6 @@ def resample_relative_position_bias(table: torch.Tensor, new_window: tuple[int, 
     return out.reshape(heads, -1).T.to(table.dtype).to(table.device).contiguous()  # (dst_h*dst_w, heads)
 
 
-# ------------------------------------------------------------------------------------------------
-def attend_packed(qkv: torch.Tensor, mask: torch.Tensor, dropout_p: float = 0.0,
-                  keep_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q kᵀ/√d + mask) v for q, k, v packed as (B, N, G, 3, d) (G groups: windows x heads)
-    and an additive ``mask`` broadcasting to (B, G, N, N) that may need a gradient, as a learned
-    position bias does. Returns the output (B, N, G, d) and, with ``keep_weights``, the weights
-    (B, G, N, N)."""
-    if not keep_weights:
-        return packed_sdpa(qkv, mask, dropout_p), None
-    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # (B, G, N, d) each
-    out, weights = attend(q, k, v, mask, dropout_p, keep_weights=True)
-    return out.transpose(1, 2), weights
-
-
 class WindowAttention(nn.Module):
     """Multi-head self-attention inside windows, with a learned relative position bias.
 
@@ -236,9 +204,10 @@ class WindowAttention(nn.Module):
     the qkv weight are taken in (head, q/k/v, channel) order, so q, k and v of all windows and heads
     are strided views (B, nW*heads, N, d) of the projection's output, the layout in which the bias
     and region mask (nW*heads, N, N) broadcast over the batch; the kernel's output is already the
-    (B, N, nW, C) the output projection takes.
+    (B, N, nW, C) the output projection takes. ``sdpa``: as :class:`~vision_attn.layers.attention.Attention`'s.
     """
 
+    sdpa = staticmethod(F.scaled_dot_product_attention)
     keep_weights: bool
     weights: torch.Tensor | None
 
@@ -259,9 +228,9 @@ class WindowAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.window_size = to_2tuple(window_size)
         self._init_position_bias()
-        self.qkv = FusedLinear(dim, dim * 3, bias=qkv_bias)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = attn_drop
-        self.proj = FusedLinear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.keep_weights = False
         self.weights = None
@@ -295,13 +264,22 @@ class WindowAttention(nn.Module):
         instead of the weight's (q/k/v, head, d): (..., 3C)."""
         h, d, C = self.num_heads, self.head_dim, self.dim
 
-        def by_head(w: torch.Tensor) -> torch.Tensor:
-            return w.view(3, h, d, C).transpose(0, 1).reshape(3 * C, C)
+        def by_head(w: torch.Tensor) -> torch.Tensor:  # rows (3, heads, d) -> (heads, 3, d)
+            return w.view(3, h, d, -1).transpose(0, 1).reshape(3 * C, -1)
 
         b = self.qkv_bias()
-        packed = (lambda: self.qkv.packed_weight("by_head", by_head)) if self.qkv._packed is not None else None
-        return fused_linear(x, by_head(self.qkv.weight), b.view(3, h, d).transpose(0, 1).reshape(3 * C)
-                            if b is not None else None, packed=packed)
+        return F.linear(x, by_head(self.qkv.weight), by_head(b[:, None]).flatten() if b is not None else None)
+
+    def attend(self, qkv: torch.Tensor, mask: torch.Tensor,
+               dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """softmax(q kᵀ/√d + mask) v for q, k, v packed as (B, N, G, 3, d) (G groups: windows x heads)
+        and an additive ``mask`` (1, G, N, N) that may need a gradient, as a learned position bias does.
+        Returns the output (B, N, G, d) and, with ``keep_weights``, the weights (B, G, N, N)."""
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # (B, G, N, d) each: strided views
+        # one mask per image: torch's kernels differentiate a batch-broadcast mask slowly, and the
+        # TorchScript ONNX exporter broadcasts it wrongly
+        out, weights = attend(q, k, v, mask.expand(q.shape[0], -1, -1, -1), dropout_p, self.keep_weights, self.sdpa)
+        return out.transpose(1, 2), weights  # (B, N, G, d)
 
     def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
         """Packed (B, N, nW*heads, 3, d) -> what the kernel takes, which divides q kᵀ by √d: as it is here."""
@@ -310,7 +288,7 @@ class WindowAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # windows (B*nW, N, C): as token-major windows, one window per row if unmasked (torch.fx traces
         # Swin blocks, which give (B, N, nW, C))
-        if not fx_tracing(x) and x.dim() == 3:
+        if x.dim() == 3:
             Bw, N, C = x.shape
             if mask is None:
                 return self.forward(x.view(Bw, N, 1, C)).view(Bw, N, C)
@@ -327,7 +305,7 @@ class WindowAttention(nn.Module):
             full = mask.to(qkv.dtype).unsqueeze(1) + bias  # bias and region mask in one, (nW, heads, N, N)
         full = full.reshape(1, nW * h, N, N)  # broadcasts over the batch
         dropout_p = self.attn_drop if self.training else 0.0
-        out, weights = attend_packed(qkv, full, dropout_p, self.keep_weights)  # (B, N, nW*heads, d)
+        out, weights = self.attend(qkv, full, dropout_p)  # (B, N, nW*heads, d)
         self.weights = weights.view(B * nW, h, N, N) if weights is not None else None
         x = out.reshape(B, N, nW, C)  # a view of the fused kernel's output
         return self.proj_drop(self.proj(x))

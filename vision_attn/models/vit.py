@@ -18,11 +18,8 @@ from typing import Literal
 
 import torch
 from torch import nn
-from torch.utils import flop_counter
-from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
-from vision_attn.kernels import fx_tracing
 from vision_attn.layers import (
     ACT_LAYERS,
     FFN_LAYERS,
@@ -49,27 +46,6 @@ __all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "d
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
 torch.fx.wrap("resample_abs_pos_embed")
 torch.fx.wrap("sincos_2d")
-
-
-_FLOP_COUNTER_MODES = tuple(t for t in (getattr(flop_counter, "_FlopCounterMode", None),) if isinstance(t, type))
-
-
-def _counting_flops() -> bool:
-    """torch's FlopCounterMode is active (any dispatch mode counts, should torch rename its class)."""
-    stack = _get_current_dispatch_mode_stack()
-    return any(isinstance(m, _FLOP_COUNTER_MODES) for m in stack) if _FLOP_COUNTER_MODES else bool(stack)
-
-
-def _observed(module: nn.Module) -> bool:
-    """Whether something watches ``module`` run and expects every token's output: hooks on it or
-    inside it, global module hooks, or a FLOP counter (the model's FLOPs are the architecture's, as
-    peers count them). A tracer or compiler is no observer: its graph computes what eager does."""
-    if not torch.compiler.is_compiling() and _counting_flops():  # dynamo cannot ask (nor needs to)
-        return True
-    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    if any(getattr(nn.modules.module, f"_global{h}", None) for h in hooks):
-        return True
-    return any(getattr(m, h) for m in module.modules() for h in hooks)
 
 
 class VisionTransformer(TimmContract, nn.Module):
@@ -321,39 +297,7 @@ class VisionTransformer(TimmContract, nn.Module):
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        queries = self._head_queries()
-        return self.forward_head(self.forward_features(x) if queries is None else self._forward_prefix(x, queries))
-
-    def _head_queries(self) -> int | None:
-        """How many leading tokens the head reads (class, and distillation) when the last block can run
-        for those alone (:meth:`Block.forward_queries`): with ``global_pool="token"``, a standard last
-        block, nothing observing it (hooks, recorded attention, tracers, FLOP counters) and no element-wise dropout
-        drawing in it; else None. Its other tokens' outputs never reach the logits: skipping them
-        saves about 6% of a ViT-S forward and backward pass, with the same logits and gradients up to
-        rounding. Traced, compiled and exported graphs take the same path (so that they compute
-        exactly what the eager model does)."""
-        last = self.blocks[-1] if len(self.blocks) else None
-        if (self.global_pool != "token" or type(last) is not Block or not isinstance(last.attn, Attention)
-                or last.attn.keep_weights or _observed(last)):
-            return None
-        if self.training and (last.attn.attn_drop > 0 or any(m.p > 0 for m in last.modules() if isinstance(m, nn.Dropout))):
-            return None  # the dropout masks would be drawn over fewer tokens: another random stream
-        return 2 if self.distilled else 1
-
-    def _forward_prefix(self, x: torch.Tensor, queries: int) -> torch.Tensor:
-        """``forward_features(x)[:, :queries]``, the last block computed for those tokens only: (B, queries, D).
-
-        Under torch.fx the graph also holds the last block's full output (unused by the logits, so
-        dead code unless asked for): the node ``blocks.{depth-1}`` that feature extractors return.
-        It comes after the short path, where torchvision's extractor looks for a module's output."""
-        x, grid = self._embed(x)
-        rope = self._rope(grid, x)
-        x = run_blocks(self, self.blocks[:-1], x, rope=rope)
-        last = functools.partial(self.blocks[-1].forward_queries, queries=queries)
-        prefix = run_blocks(self, [last], x, rope=rope)
-        if fx_tracing(x):
-            self.blocks[-1](x, rope=rope)
-        return self.norm(prefix)
+        return self.forward_head(self.forward_features(x))
 
     # ---------------------------------------------------------------- timm's contract: one level a block
     def _levels(self) -> nn.ModuleList:

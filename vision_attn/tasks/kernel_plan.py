@@ -5,18 +5,23 @@ in this order: the plan ``--kernels`` names; the plan its run folder recorded in
 (a resume, and the other processes of a multi-process run); with ``--trainer.deterministic true``
 the fixed ``"aten"`` plan where the process would otherwise measure; else the process's plan
 (``$VISION_ATTN_KERNELS``, measured by default). A measured plan is resolved before training (each
-dtype measured, or read from the cache), so that what is recorded is what ran.
+dtype measured, or read from the cache), so that what is recorded is what ran; a new single-process
+CPU run then judges it on its own training step (:func:`judged_training_plan`): the measured choices
+only where they make the step faster.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 from vision_attn.errors import ConfigError
 from vision_attn.io.json import read_json
-from vision_attn.kernels import KernelPlan, current_plan, resolve_plan
+from vision_attn.kernels import KernelPlan, current_plan, judge_plan, resolve_plan
 
-__all__ = ["choose_kernel_plan", "read_recorded_plan"]
+__all__ = ["choose_kernel_plan", "read_recorded_plan", "judged_training_plan"]
 
 
 def read_recorded_plan(path: Path) -> KernelPlan:
@@ -42,3 +47,17 @@ def choose_kernel_plan(requested: str | None, deterministic: Any, recorded: Path
     else:
         plan, why = current_plan(), "this process's plan"
     return plan.resolved(), why
+
+
+def judged_training_plan(network: nn.Module, plan: KernelPlan, batch: int, img_size: int | tuple[int, int],
+                         precision: Any) -> tuple[KernelPlan, str]:
+    """The measured ``plan`` judged on ``network``'s training step at ``batch`` images of ``img_size``
+    (``precision``: Lightning's; bf16 under ``bf16-mixed``), and why, for the progress line."""
+    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    autocast = torch.bfloat16 if str(precision).startswith("bf16") else None
+    inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
+    name, judged, seconds = judge_plan(network, inputs, train=True, plan=plan, autocast=autocast)
+    if not seconds:
+        return judged, "measured; no other kernels to judge here"
+    ratio = seconds["aten"] / seconds[name] if "aten" in seconds and seconds[name] > 0 else 1.0
+    return judged, f"measured, judged on this training step: {name}, {ratio:.2f}x PyTorch's kernels"

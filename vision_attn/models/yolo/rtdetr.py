@@ -11,16 +11,15 @@ Rows (ultralytics' parser): ``[-1, 1, AIFI, [c_ffn, heads]]`` (the channels come
 output has as many) and ``[-1, n, RepC3, [c2]]`` (scaled like C3: c2 by width, n by depth, the
 repeats inside the block). State-dict keys equal ultralytics' (``ma.in_proj_weight``,
 ``ma.out_proj.weight``, ``fc1``, ``norm1``; ``cv1``, ``m.0.conv1``, ...): :class:`PackedAttention`
-keeps ``nn.MultiheadAttention``'s parameters and computes through
-:func:`vision_attn.kernels.sdpa`.
+keeps ``nn.MultiheadAttention``'s parameters and computes through ``scaled_dot_product_attention``.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import FusedLinear, fused_linear, linear_act, sdpa
 from vision_attn.models.yolo.conv import Conv, RepConv
 
 __all__ = ["AIFI", "PackedAttention", "RepC3", "additive_mask", "sincos_positions"]
@@ -28,7 +27,7 @@ __all__ = ["AIFI", "PackedAttention", "RepC3", "additive_mask", "sincos_position
 
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """A boolean attention mask (True: the query may not see the key, ``nn.MultiheadAttention``'s
-    convention) as the additive one :func:`~vision_attn.kernels.sdpa` takes (0 or -inf)."""
+    convention) as the additive one ``scaled_dot_product_attention`` takes (0 or -inf)."""
     if mask is None:
         return None
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
@@ -37,7 +36,10 @@ def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
 class PackedAttention(nn.Module):
     """Multi-head attention with ``nn.MultiheadAttention``'s parameters (``in_proj_weight`` (3D, D) as
     q, k, v rows, ``in_proj_bias``, ``out_proj``), batch first: queries and keys share one input
-    (``qk``: the tokens plus their positions), the values another. (B, N, D) -> (B, N, D)."""
+    (``qk``: the tokens plus their positions), the values another. (B, N, D) -> (B, N, D). ``sdpa``:
+    as :class:`~vision_attn.layers.attention.Attention`'s."""
+
+    sdpa = staticmethod(F.scaled_dot_product_attention)
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -48,7 +50,7 @@ class PackedAttention(nn.Module):
         self.dropout = dropout
         self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim))
-        self.out_proj = FusedLinear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
         nn.init.xavier_uniform_(self.in_proj_weight)
         nn.init.zeros_(self.out_proj.bias)
 
@@ -57,9 +59,9 @@ class PackedAttention(nn.Module):
         b, n, d = value.shape
         h = self.num_heads
         w, bias = self.in_proj_weight, self.in_proj_bias
-        q, k = fused_linear(qk, w[: 2 * d], bias[: 2 * d]).view(b, n, 2, h, d // h).permute(2, 0, 3, 1, 4)
-        v = fused_linear(value, w[2 * d:], bias[2 * d:]).view(b, n, h, d // h).transpose(1, 2)  # (B, heads, N, d)
-        out = sdpa(q, k, v, additive_mask(mask, q.dtype), self.dropout if self.training else 0.0)
+        q, k = F.linear(qk, w[: 2 * d], bias[: 2 * d]).view(b, n, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        v = F.linear(value, w[2 * d:], bias[2 * d:]).view(b, n, h, d // h).transpose(1, 2)  # (B, heads, N, d)
+        out = self.sdpa(q, k, v, attn_mask=additive_mask(mask, q.dtype), dropout_p=self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(b, n, d))  # (B, N, D)
 
 
@@ -89,8 +91,8 @@ class AIFI(nn.Module):
         if c1 % 4:
             raise ConfigError(f"AIFI's 2-D sine-cosine positions need a channel count divisible by 4, got {c1}")
         self.ma = PackedAttention(c1, num_heads, dropout)
-        self.fc1 = FusedLinear(c1, cm)
-        self.fc2 = FusedLinear(cm, c1)
+        self.fc1 = nn.Linear(c1, cm)
+        self.fc2 = nn.Linear(cm, c1)
         self.norm1 = nn.LayerNorm(c1)
         self.norm2 = nn.LayerNorm(c1)
         self.dropout = nn.Dropout(dropout)
@@ -100,7 +102,7 @@ class AIFI(nn.Module):
         self.normalize_before = normalize_before
 
     def _ffn(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(linear_act(self.fc1, x, self.act)))
+        return self.fc2(self.dropout(self.act(self.fc1(x))))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape

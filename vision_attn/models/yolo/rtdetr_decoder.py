@@ -31,7 +31,6 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.kernels import FusedLinear
 from vision_attn.layers.deformable_attention import MultiScaleDeformableAttention
 from vision_attn.models.yolo.denoising import DenoisingQueries, denoising_queries
 from vision_attn.models.yolo.rtdetr import PackedAttention
@@ -70,7 +69,7 @@ class BoxMLP(nn.Module):
     def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int) -> None:
         super().__init__()
         dims = [input_dim, *[hidden_dim] * (num_layers - 1), output_dim]
-        self.layers = nn.ModuleList(FusedLinear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.act = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -93,10 +92,10 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiScaleDeformableAttention(d_model, n_levels, n_heads, n_points)
         self.dropout2 = nn.Dropout(dropout)
         self.norm2 = nn.LayerNorm(d_model)
-        self.linear1 = FusedLinear(d_model, d_ffn)
+        self.linear1 = nn.Linear(d_model, d_ffn)
         self.act = nn.ReLU() if act is None else act
         self.dropout3 = nn.Dropout(dropout)
-        self.linear2 = FusedLinear(d_ffn, d_model)
+        self.linear2 = nn.Linear(d_ffn, d_model)
         self.dropout4 = nn.Dropout(dropout)
         self.norm3 = nn.LayerNorm(d_model)
 
@@ -188,10 +187,10 @@ class RTDETRDecoder(nn.Module):
         if learnt_init_query:
             self.tgt_embed = nn.Embedding(nq, hd)
         self.query_pos_head = BoxMLP(4, 2 * hd, hd, num_layers=2)
-        self.enc_output = nn.Sequential(FusedLinear(hd, hd), nn.LayerNorm(hd))
-        self.enc_score_head = FusedLinear(hd, nc)
+        self.enc_output = nn.Sequential(nn.Linear(hd, hd), nn.LayerNorm(hd))
+        self.enc_score_head = nn.Linear(hd, nc)
         self.enc_bbox_head = BoxMLP(hd, hd, 4, num_layers=3)
-        self.dec_score_head = nn.ModuleList(FusedLinear(hd, nc) for _ in range(ndl))
+        self.dec_score_head = nn.ModuleList(nn.Linear(hd, nc) for _ in range(ndl))
         self.dec_bbox_head = nn.ModuleList(BoxMLP(hd, hd, 4, num_layers=3) for _ in range(ndl))
         self._reset_parameters()
 

@@ -1,0 +1,97 @@
+"""kernels.accelerate (the fast paths put on a built model from outside) and kernels.judge_plan (a plan
+judged on the model's whole step)."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import vision_attn
+from vision_attn.kernels import FusedLinear, KernelPlan, accelerate, judge_plan, resolve_plan, sdpa
+from vision_attn.kernels.cache import PLANS_FILE
+from vision_attn.kernels.judge import candidates
+from vision_attn.layers import Mlp, WindowAttention
+from vision_attn.layers.tables import Tables
+from vision_attn.models.yolo.rtdetr import AIFI
+
+from tests.ops import SMALL_MODELS
+
+MODELS = [*SMALL_MODELS, ("swinv2_tiny_window8_256", dict(depths=(2, 2), embed_dim=16, num_heads=(1, 2), window_size=4, pretrained_window_sizes=(0, 0),
+                                                         num_classes=7), 32),
+          ("vit_small_patch14_dinov2", dict(depth=2, embed_dim=48, num_heads=2, num_classes=7, ffn_layer="swiglu"), 28)]
+
+
+@pytest.mark.parametrize("name,kwargs,size", MODELS)
+def test_accelerate_keeps_the_state_dict_and_the_outputs(name, kwargs, size):
+    torch.manual_seed(0)
+    plain = vision_attn.create_model(name, img_size=size, **kwargs).eval()
+    fast = accelerate(copy.deepcopy(plain))
+    x = torch.randn(2, 3, size, size)
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    assert not any(isinstance(m, FusedLinear) for m in plain.modules())  # create_model's model stays plain
+    assert any(isinstance(m, FusedLinear) for m in fast.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-4)  # kept tables serve a second call
+    classes = [type(m) for m in fast.modules()]
+    assert [type(m) for m in accelerate(fast).modules()] == classes  # twice changes nothing
+
+
+def test_accelerate_swaps_the_seams_and_the_fast_forms():
+    block = nn.Module()
+    block.mlp, block.aifi, block.attn = Mlp(8, 16), AIFI(8, 16, num_heads=2), WindowAttention(8, 2, 3)
+    block.tables = Tables()
+    accelerate(block)
+    assert type(block.mlp).__name__ == "FastMlp" and type(block.aifi).__name__ == "FastAIFI"
+    assert type(block.attn).__name__ == "FastWindowAttention" and block.attn.sdpa is sdpa
+    assert type(block.aifi.ma.out_proj) is FusedLinear and block.aifi.ma.sdpa is sdpa
+    assert type(block.tables).__name__ == "KeptTables"
+
+
+def test_a_subclass_that_overrides_what_a_fast_form_replaces_keeps_its_own():
+    class MyAttention(WindowAttention):
+        def attend(self, qkv, mask, dropout_p=0.0):
+            return super().attend(qkv, mask * 0, dropout_p)
+
+    class MyMlp(Mlp):  # adds nothing the fast form replaces: gets the fast form under its own name
+        pass
+
+    holder = nn.Module()
+    holder.attn, holder.mlp = MyAttention(8, 2, 3), MyMlp(8, 16)
+    accelerate(holder)
+    assert type(holder.attn) is MyAttention and type(holder.attn.qkv) is FusedLinear
+    assert type(holder.mlp).__name__ == "MyMlp" and isinstance(holder.mlp, MyMlp) and type(holder.mlp) is not MyMlp
+
+
+def test_candidates_are_distinct_plans():
+    fixed = resolve_plan("onednn")
+    # fp32: fused attention, so "linear only" is the plan itself and "attention only" is ATen's
+    assert list(candidates(fixed, torch.float32)) == ["measured", "aten"]
+    bf16 = candidates(fixed, torch.bfloat16)  # bf16: explicit attention, oneDNN products
+    assert list(bf16) == ["measured", "aten", "linear only", "attention only"]
+    assert bf16["linear only"].choice(torch.bfloat16).attention == "fused"
+    assert bf16["attention only"].choice(torch.bfloat16).linear.forward == "aten"
+    assert list(candidates(resolve_plan("aten"), torch.float32)) == ["measured"]
+
+
+def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
+    monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, embed_dim=32, num_heads=2, img_size=32,
+                                     num_classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 32, 32)
+    rng = torch.get_rng_state()
+    plan = resolve_plan("onednn")
+    name, judged, seconds = judge_plan(model, x, train=True, plan=plan, rounds=2)
+    assert name in candidates(plan, torch.float32) and isinstance(judged, KernelPlan)
+    assert set(seconds) == set(candidates(plan, torch.float32)) and all(s > 0 for s in seconds.values())
+    assert torch.equal(rng, torch.get_rng_state())  # the random stream of the run is untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not any(isinstance(m, FusedLinear) for m in model.modules()) and model.training
+    stored = json.loads((tmp_path / PLANS_FILE).read_text())
+    assert [k for k in stored if k.startswith("step train")] and stored[next(iter(stored))]["choice"] == name
+    assert judge_plan(model, x, train=True, plan=plan)[0] == name  # read back, not timed again

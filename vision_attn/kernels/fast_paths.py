@@ -1,0 +1,191 @@
+"""The CPU fast paths applied to a built model from outside: :func:`accelerate`.
+
+The layers of :mod:`vision_attn.layers` and :mod:`vision_attn.models` are plain PyTorch (``nn.Linear``,
+``F.scaled_dot_product_attention``, tables built on every call). :func:`accelerate` changes a model in
+place, as ``torch.ao`` swaps modules, with its parameters, buffers and state-dict keys unchanged:
+
+- every ``nn.Linear`` becomes a :class:`~vision_attn.kernels.linear.FusedLinear` (its forward through
+  the kernels of the plan);
+- every layer that declares ``sdpa = staticmethod(F.scaled_dot_product_attention)`` calls
+  :func:`~vision_attn.kernels.attention.sdpa` instead (the plan's fused or explicit kernel), and
+  deformable attention's ``sample`` becomes :func:`~vision_attn.kernels.deformable.deformable_sample`
+  (:data:`SEAMS`);
+- a feed-forward network's first linear layer and its GELU run as one kernel (:class:`FastMlp`,
+  :class:`FastAIFI`);
+- window attention takes its q/k/v rows by head from a packed weight and attends through
+  :func:`~vision_attn.kernels.attention.packed_sdpa` (:class:`FastWindowAttention`); Swin V2's
+  continuous bias is kept between inference calls while its MLP is unchanged, q and k scaled in place
+  (:class:`FastCosineWindowAttention`);
+- the layers' tables (window orders, masks, position tables) are kept between calls
+  (:class:`KeptTables`), built afresh in a graph being captured.
+
+The plan is read at each call, so an accelerated model under the ``"aten"`` plan computes with
+PyTorch's standard kernels.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Hashable, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vision_attn.kernels.attention import packed_sdpa, sdpa
+from vision_attn.kernels.capture import tracing
+from vision_attn.kernels.deformable import deformable_sample
+from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
+from vision_attn.layers.cosine_window_attention import CosineWindowAttention
+from vision_attn.layers.deformable_attention import sample_standard
+from vision_attn.layers.mlp import Mlp
+from vision_attn.layers.tables import Tables
+from vision_attn.layers.window_attention import WindowAttention
+from vision_attn.models.yolo.rtdetr import AIFI
+
+__all__ = ["accelerate", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
+
+T = TypeVar("T")
+
+
+class KeptTables(Tables):
+    """:class:`~vision_attn.layers.tables.Tables` kept in a plain dict, built once per key (never in the
+    state dict, never moved by ``.to``: a key names its device and dtype). Built as normal tensors even
+    under ``torch.inference_mode``, so that a later pass that records gradients can use them; built in
+    the graph every time while a model is compiled, traced or exported (or a ``values`` is a torch.fx
+    proxy)."""
+
+    def get(self, key: Hashable, build: Callable[[], T], *values: object) -> T:
+        if tracing(*values):
+            return build()
+        kept = self.__dict__.setdefault("_kept", {})
+        if key not in kept:
+            with torch.inference_mode(False):
+                kept[key] = build()
+        return kept[key]
+
+    def __len__(self) -> int:
+        return len(self.__dict__.get("_kept", {}))
+
+    def clear(self) -> None:
+        self.__dict__.get("_kept", {}).clear()
+
+
+class FastMlp(Mlp):
+    """:class:`~vision_attn.layers.mlp.Mlp` with ``fc1`` and its GELU as one kernel (:func:`linear_act`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop1(linear_act(self.fc1, x, self.act))  # (..., hidden)
+        return self.drop2(self.fc2(x))
+
+
+class FastAIFI(AIFI):
+    """RT-DETR's :class:`~vision_attn.models.yolo.rtdetr.AIFI` with ``fc1`` and its GELU as one kernel."""
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(linear_act(self.fc1, x, self.act)))
+
+
+class FastWindowAttention(WindowAttention):
+    """Window attention whose qkv projection runs on the plan's kernels with the weight's rows in
+    (head, q/k/v, d) order (a frozen layer keeps that copy packed), and whose attention is
+    :func:`packed_sdpa` (a learned bias broadcast over the batch, a recomputing backward)."""
+
+    def _qkv_by_head(self, x: torch.Tensor) -> torch.Tensor:
+        h, d, C = self.num_heads, self.head_dim, self.dim
+
+        def by_head(w: torch.Tensor) -> torch.Tensor:  # rows (3, heads, d) -> (heads, 3, d)
+            return w.view(3, h, d, -1).transpose(0, 1).reshape(3 * C, -1)
+
+        b = self.qkv_bias()
+        frozen = isinstance(self.qkv, FusedLinear) and self.qkv._packed is not None
+        packed = (lambda: self.qkv.packed_weight("by_head", by_head)) if frozen else None
+        return fused_linear(x, by_head(self.qkv.weight), by_head(b[:, None]).flatten() if b is not None else None,
+                            packed=packed)
+
+    def attend(self, qkv: torch.Tensor, mask: torch.Tensor,
+               dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.keep_weights:
+            return super().attend(qkv, mask, dropout_p)
+        return packed_sdpa(qkv, mask, dropout_p), None
+
+
+class FastCosineWindowAttention(FastWindowAttention, CosineWindowAttention):
+    """Swin V2's window attention where no gradient flows: the continuous bias kept until the MLP's
+    weights change (keyed by each parameter's storage and version counter, so that an optimiser step
+    or a ``load_state_dict`` recomputes it), q and k normalised and scaled in place."""
+
+    def relative_position_bias(self) -> torch.Tensor:
+        params = tuple(self.cpb_mlp.parameters())
+        if tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
+            return self._continuous_bias()
+        key = tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
+        cached = self.__dict__.get("_bias_cache")
+        if cached is None or cached[0] != key:
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: usable where gradients flow
+                cached = self.__dict__["_bias_cache"] = (key, self._continuous_bias())
+        return cached[1]
+
+    def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
+        B, N, G, _, d = qkv.shape
+        h = self.num_heads
+        factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
+        if tracing(qkv) or (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
+            return super().scale_qk(qkv)
+        qk = qkv.view(B, N, G // h, h, 3, d)[..., :2, :]  # the projection's fresh output, scaled in place
+        norm = torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min_(1e-12)  # (B, N, nW, heads, 2, 1)
+        qk.mul_(factor[..., None] / norm)
+        return qkv
+
+
+SEAMS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = {
+    "sdpa": (F.scaled_dot_product_attention, sdpa),
+    "sample": (sample_standard, deformable_sample),
+}
+"""A layer's function attribute (a ``staticmethod``) -> (its plain function, the fast path that replaces it)."""
+
+_FAST_FORMS: tuple[tuple[type, type], ...] = (
+    (Mlp, FastMlp), (AIFI, FastAIFI), (CosineWindowAttention, FastCosineWindowAttention),
+    (WindowAttention, FastWindowAttention),
+)
+"""Each layer class with the subclass that holds its fast path, the most specific first; a subclass of
+the layer that overrides the same methods itself is left as it is."""
+
+
+@functools.cache
+def _fast_class(cls: type, plain: type, fast: type) -> type:
+    """``cls`` (``plain`` or a subclass of it) with ``fast``'s methods: ``fast`` itself for ``plain``, else
+    a subclass of both under ``cls``'s name (a variant's or a user's subclass keeps what it adds)."""
+    if cls is plain:
+        return fast
+    return type(cls.__name__, (fast, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+def _fast_form(module: nn.Module) -> type | None:
+    """The class ``module`` takes on the fast path; None where it has none, or where its own class
+    overrides a method the fast path replaces (its override is kept)."""
+    cls = type(module)
+    for plain, fast in _FAST_FORMS:
+        if isinstance(module, plain) and not isinstance(module, fast):
+            replaced = {name for c in fast.__mro__ if c not in plain.__mro__ for name in vars(c) if not name.startswith("__")}
+            if any(getattr(cls, name, None) is not getattr(plain, name, None) for name in replaced):
+                return None
+            return _fast_class(cls, plain, fast)
+    return None
+
+
+def accelerate(model: nn.Module) -> nn.Module:
+    """``model`` (in place, and returned) on the CPU fast paths; the same parameters, buffers,
+    state-dict keys and outputs up to the kernels' rounding. Applying it twice changes nothing."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = FusedLinear
+        fast = _fast_form(module)
+        if fast is not None:
+            module.__class__ = fast
+        for name, (plain, fast_fn) in SEAMS.items():
+            if getattr(type(module), name, None) is plain:
+                setattr(module, name, fast_fn)
+        for value in list(vars(module).values()):
+            if isinstance(value, Tables) and not isinstance(value, KeptTables):
+                value.__class__ = _fast_class(type(value), Tables, KeptTables)
+    return model
