@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import vision_attn
+from vision_attn.kernels import accelerate
 from tests.peers import import_ultralytics
 from vision_attn.analysis import FUSED_ATTENTION_FORMULAS, count_flops, count_model_flops, flop_counter
 from vision_attn.analysis.flops import SAMPLING_FORMULAS
@@ -194,7 +195,7 @@ def test_bad_arguments():
 def test_onednn_inference_linear_is_counted_by_flop_counter():
     """At inference on the CPU our linear layers run oneDNN's fused op; a counter around any
     computation still counts them, and count_flops reports the same as the standard path."""
-    model = vision_attn.create_model("vit_tiny_patch16_224", depth=2).eval()
+    model = accelerate(vision_attn.create_model("vit_tiny_patch16_224", depth=2)).eval()
     with torch.no_grad(), flop_counter() as counter:
         model(torch.zeros(1, 3, 224, 224))
     ops = {str(op) for op in counter.get_flop_counts()["Global"]}

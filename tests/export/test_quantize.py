@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import sys
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -15,7 +17,7 @@ import vision_attn  # noqa: E402
 from vision_attn.cli import main  # noqa: E402
 from vision_attn.export import export_onnx  # noqa: E402
 from vision_attn.export.quantize import onnx_predictor, quantize_onnx, quantize_torch  # noqa: E402
-from vision_attn.kernels import FusedLinear  # noqa: E402
+from vision_attn.kernels import FusedLinear, accelerate  # noqa: E402
 from vision_attn.layers.window_attention import WindowAttention  # noqa: E402
 from tests.checkpoints import classifier_checkpoint, yolo_checkpoint  # noqa: E402
 
@@ -41,17 +43,23 @@ def test_onnx_int8_is_smaller_and_close(tmp_path):
                                                                        "embed_dim": 32, "depths": (1, 1, 1, 1),
                                                                        "num_heads": (1, 2, 2, 4), "num_classes": 10})])
 def test_torch_dynamic_quantization_runs_our_layers(name, kw):
-    """PyTorch's quantized Linear (its weight is a method) replaces every linear layer called as a module:
-    each FusedLinear (a plain nn.Linear first, which quantize_dynamic swaps; Mlp's linear_act calls it as
-    a module) and the heads. Swin's window qkv, read through fused_linear, stays FP32."""
-    model = vision_attn.create_model(name, **kw).eval()
+    """PyTorch's quantized Linear (its weight is a method) replaces every linear layer called as a module,
+    of the plain model and of an accelerated one (each FusedLinear a plain nn.Linear first, which
+    quantize_dynamic swaps; Mlp's linear_act calls it as a module), heads included. Swin's window qkv,
+    whose weight is read directly, stays FP32."""
+    plain = vision_attn.create_model(name, **kw).eval()
+    for model, linear in ((plain, nn.Linear), (accelerate(copy.deepcopy(plain)), FusedLinear)):
+        check_dynamic_quantization(model, linear, kw["img_size"])
+
+
+def check_dynamic_quantization(model: nn.Module, linear: type[nn.Module], size: int) -> None:
     q = quantize_torch(model)
     assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in q.modules())
     direct = {f"{n}.qkv" for n, m in q.named_modules() if isinstance(m, WindowAttention)}
     left = {n for n, m in q.named_modules() if type(m) in (nn.Linear, FusedLinear)}
-    assert left == direct and all(type(q.get_submodule(n)) is FusedLinear for n in direct)
-    assert sum(type(m) is FusedLinear for m in model.modules()) > len(direct)  # the original is unchanged
-    x = torch.randn(2, 3, kw["img_size"], kw["img_size"])
+    assert left == direct and all(type(q.get_submodule(n)) is linear for n in direct)
+    assert sum(type(m) is linear for m in model.modules()) > len(direct)  # the original is unchanged
+    x = torch.randn(2, 3, size, size)
     with torch.no_grad():
         ref, out = model(x), q(x)
     assert out.shape == ref.shape == (2, 10)

@@ -11,6 +11,7 @@ import torch
 import torchvision
 
 import vision_attn
+from vision_attn.kernels import accelerate
 from vision_attn import CheckpointError, ConfigError, DataError
 from vision_attn.analysis import count_model_flops
 from vision_attn.cli import main
@@ -132,8 +133,8 @@ def test_forward_features_and_head():
 
 
 def test_mask_cache_holds_one_entry_per_size_and_stays_out_of_the_state_dict():
-    model = vision_attn.create_model("swin_tiny_patch4_window7_224", depths=(2, 2, 2, 2), embed_dim=32,
-                                     num_heads=(1, 2, 4, 8)).eval()
+    model = accelerate(vision_attn.create_model("swin_tiny_patch4_window7_224", depths=(2, 2, 2, 2), embed_dim=32,
+                                                num_heads=(1, 2, 4, 8))).eval()
     keys = set(model.state_dict())
     with torch.no_grad():
         model(torch.randn(1, 3, 224, 224))
@@ -149,7 +150,7 @@ def test_mask_cache_holds_one_entry_per_size_and_stays_out_of_the_state_dict():
 
 def test_trains_after_an_inference_mode_pass():
     """Masks and indices cached during an inference_mode pass must serve a later training step."""
-    model = vision_attn.create_model("swin_t", depths=(2, 2, 2, 2), embed_dim=16, num_heads=(1, 2, 2, 4))
+    model = accelerate(vision_attn.create_model("swin_t", depths=(2, 2, 2, 2), embed_dim=16, num_heads=(1, 2, 2, 4)))
     x = torch.randn(1, 3, 64, 64)
     with torch.inference_mode():
         model.eval()(x)

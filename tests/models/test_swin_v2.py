@@ -15,6 +15,7 @@ from timm.models.swin_transformer_v2 import checkpoint_filter_fn
 from torch.overrides import TorchFunctionMode
 
 import vision_attn
+from vision_attn.kernels import accelerate
 from vision_attn.analysis.flops import count_model_flops
 from vision_attn.layers import CosineWindowAttention, record_attention, region_mask, relative_position_index
 from vision_attn.layers.cosine_window_attention import log_spaced_coords
@@ -323,7 +324,7 @@ def test_attention_maps_of_each_stage():
 
 def test_inference_bias_cache_follows_the_weights():
     """The bias computed at inference is reused, and recomputed after the MLP's weights change."""
-    attn = CosineWindowAttention(16, 2, 4).eval()
+    attn = accelerate(CosineWindowAttention(16, 2, 4)).eval()
     with torch.no_grad():
         first = attn.relative_position_bias()
         assert attn.relative_position_bias() is first

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import vision_attn
+from vision_attn.kernels import accelerate
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 
 pytest.importorskip("onnxruntime")
@@ -16,7 +17,7 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
-    model = vision_attn.create_model("swinv2_tiny_window8_256").eval()
+    model = accelerate(vision_attn.create_model("swinv2_tiny_window8_256")).eval()  # tables kept: not by the export
     with torch.no_grad():  # fresh post-norms are zero: give every block a say in the logits
         for p in model.parameters():
             p.add_(torch.randn_like(p), alpha=0.02 if p.ndim > 1 else 0.1)

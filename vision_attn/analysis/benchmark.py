@@ -29,13 +29,13 @@ from torch.utils._pytree import tree_flatten
 
 from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import fused_linear, kernel_plan
+from vision_attn.kernels import KernelPlan, accelerate, current_plan, fused_linear, judge_plan, kernel_plan
 from vision_attn.optimizers import OPTIMIZERS
 
 __all__ = [
     "BenchResult", "PeakTensorMemory", "alternate", "benchmark_models", "call_seconds", "matmul_peak",
     "median_ratio", "percentile", "rss_mb", "rss_peak_mb", "rss_rise_mb", "share_weights", "tensor_peak_mb",
-    "timm_twin", "PRECISIONS",
+    "timm_twin", "PRECISIONS", "on_fast_paths",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -289,8 +289,9 @@ class _Runner:
     optimiser for training steps."""
 
     def __init__(self, model: nn.Module, batch: int, img_size: tuple[int, int], device: torch.device,
-                 precision: str, compile: bool, channels_last: bool, train: bool, optimizer: str = "sgd") -> None:
-        self.device, self.train_mode, self.precision = device, train, precision
+                 precision: str, compile: bool, channels_last: bool, train: bool, optimizer: str = "sgd",
+                 plan: KernelPlan | None = None) -> None:
+        self.device, self.train_mode, self.precision, self.plan = device, train, precision, plan
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         self.model = model.to(device=device, memory_format=fmt).train(train)
         chans = getattr(getattr(model, "patch_embed", None), "in_chans", 3)
@@ -305,7 +306,10 @@ class _Runner:
         return torch.autocast(self.device.type, dtype=PRECISIONS[self.precision])
 
     def step(self, fn: Callable[..., Any] | None = None) -> None:
-        fn = fn or self.fn
+        with kernel_plan(self.plan) if self.plan is not None else contextlib.nullcontext():
+            self._step(fn or self.fn)
+
+    def _step(self, fn: Callable[..., Any]) -> None:
         if self.opt is None:
             with torch.inference_mode(), self._autocast():
                 fn(self.x)
@@ -331,6 +335,21 @@ class _Runner:
         return tensor_peak_mb(self.step), "peak tensor memory"
 
 
+def on_fast_paths(model: nn.Module, *, batch: int, img_size: int | tuple[int, int], device: str | torch.device = "cpu",
+                  precision: str = "fp32", train: bool = False) -> tuple[nn.Module, KernelPlan | None]:
+    """One of our models as it runs in training or the torch-frozen runtime: accelerated in place
+    (:func:`~vision_attn.kernels.accelerate`), with the process's measured plan judged on this very step
+    on the CPU (:func:`~vision_attn.kernels.judge_plan`; None: the process's plan as it is)."""
+    accelerate(model)
+    plan = current_plan()
+    if torch.device(device).type != "cpu" or plan.name != "measured":
+        return model, None
+    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    dtype = PRECISIONS[precision] if precision != "fp32" else None
+    inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
+    return model, judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=dtype)[1]
+
+
 def benchmark_models(
     models: dict[str, nn.Module],
     *,
@@ -347,6 +366,7 @@ def benchmark_models(
     warmup: int = 2,
     peak_flops: float | None = None,
     pairs: dict[str, str] | None = None,
+    plans: dict[str, KernelPlan] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[BenchResult]:
     """Benchmark ``models`` (label -> module) together at one batch size.
@@ -358,6 +378,7 @@ def benchmark_models(
     what Lightning's ``bf16-mixed`` does.
     ``peak_flops``: the FLOP/s that MFU is relative to (default: :func:`matmul_peak` measured now).
     ``pairs``: label -> label of the model it is compared with; those results get ``ratio``.
+    ``plans``: label -> the kernel plan its calls run under (the others: the process's).
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
@@ -368,8 +389,8 @@ def benchmark_models(
     device = torch.device(device)
     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     peak = peak_flops or matmul_peak(device, precision)
-    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train, optimizer)
-               for k, m in models.items()}
+    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train, optimizer,
+                          (plans or {}).get(k)) for k, m in models.items()}
     flops = {k: r.count_flops() for k, r in runners.items()}
     for k, r in runners.items():
         for _ in range(max(warmup, 1)):

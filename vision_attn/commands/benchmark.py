@@ -37,12 +37,11 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     import torch
     from rich.table import Table
 
-    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, share_weights, timm_twin
+    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, on_fast_paths, share_weights, timm_twin
     from vision_attn.analysis.flops import default_input_size
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
     from vision_attn.export.runtimes import RuntimeModel, check_precision, parse_runtimes
-    from vision_attn.kernels import accelerate
 
     batches = parse_batches(args.batch)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -60,13 +59,16 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     peak = matmul_peak(device, args.precision)
     results, shared = [], True
     for batch in batches:
-        models, pairs = {}, {}
+        models, pairs, plans = {}, {}, {}
         img_size = args.img_size
         for name in args.models:
             target = load_target(name, scale=args.scale, device="cpu")
             img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
-            if "torch" in runtimes:
-                models[target.name] = accelerate(target.model)  # ours on the CPU fast paths the plan chooses
+            if "torch" in runtimes:  # ours on the CPU fast paths, as training and torch-frozen run it
+                models[target.name], plan = on_fast_paths(target.model, batch=batch, img_size=img_size, device=device,
+                                                          precision=args.precision, train=args.train)
+                if plan is not None:
+                    plans[target.name] = plan
             for rt in runtimes:
                 if rt != "torch":
                     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
@@ -82,7 +84,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
                                     compile=args.compile, channels_last=args.channels_last, train=args.train,
                                     optimizer=args.optimizer,
                                     rounds=args.rounds, iters=args.iters, warmup=args.warmup, peak_flops=peak,
-                                    pairs=pairs, log=log)
+                                    pairs=pairs, plans=plans, log=log)
     mode = f"training step ({args.optimizer})" if args.train else "inference"
     title = (f"{mode}, {args.precision}{', compiled' if args.compile else ''}"
              f"{', channels-last' if args.channels_last else ''} on {device}, {results[0].img_size[0]}x"

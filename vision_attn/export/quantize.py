@@ -170,9 +170,9 @@ def _nncf_quantize(nncf, model, calibration, options: dict, validation):  # noqa
 
 
 def _torch_quantizable(model: nn.Module) -> set[str]:
-    """Names of the linear modules (``nn.Linear`` and :class:`~vision_attn.kernels.FusedLinear`) that
-    are called as modules. Swin's window attention reads its ``qkv`` weight directly (to reorder it by
-    head, through :func:`~vision_attn.kernels.fused_linear`), so that one stays FP32."""
+    """Names of the linear modules (``nn.Linear``, and :class:`~vision_attn.kernels.FusedLinear` in an
+    accelerated model) that are called as modules. Swin's window attention reads its ``qkv`` weight
+    directly (to reorder it by head), so that one stays FP32."""
     direct = {f"{name}.qkv" if name else "qkv" for name, m in model.named_modules() if isinstance(m, WindowAttention)}
     return {name for name, m in model.named_modules() if type(m) in (nn.Linear, FusedLinear) and name not in direct}
 

@@ -24,15 +24,16 @@ def attend(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     keep_weights: bool = False,
-    sdpa: Callable[..., torch.Tensor] = F.scaled_dot_product_attention,
+    sdpa: Callable[..., torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T / sqrt(d) + mask) v over (B, heads, N, d) inputs, by ``sdpa``.
+    """softmax(q k^T / sqrt(d) + mask) v over (B, heads, N, d) inputs, by ``sdpa`` (default
+    ``F.scaled_dot_product_attention``).
 
     ``mask`` is additive and broadcasts to (B, heads, N, N). Returns the output (B, heads, N, d) and,
     only when ``keep_weights``, the softmax weights (B, heads, N, N) computed explicitly.
     """
     if not keep_weights:
-        return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+        return (sdpa or F.scaled_dot_product_attention)(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, N, N)
     if mask is not None:
         attn = attn + mask

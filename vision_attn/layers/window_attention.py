@@ -279,7 +279,9 @@ class WindowAttention(nn.Module):
         # one mask per image: torch's kernels differentiate a batch-broadcast mask slowly, and the
         # TorchScript ONNX exporter broadcasts it wrongly
         out, weights = attend(q, k, v, mask.expand(q.shape[0], -1, -1, -1), dropout_p, self.keep_weights, self.sdpa)
-        return out.transpose(1, 2), weights  # (B, N, G, d)
+        # (B, N, G, d), copied: an exported graph's decomposed kernel returns another memory layout than
+        # the kernel's own, which its later reshape would take for a view
+        return out.transpose(1, 2).clone(memory_format=torch.contiguous_format), weights
 
     def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
         """Packed (B, N, nW*heads, 3, d) -> what the kernel takes, which divides q kᵀ by √d: as it is here."""
