@@ -87,3 +87,13 @@ def test_params_become_options(tmp_path):
     record = bench.run(suite, {"sizes": [3], "flag": False, "name": "x"}, ["--sizes", "3"], str(tmp_path / "t.json"))
     assert json.loads((tmp_path / "t.json").read_text())["results"]["seen"]["sizes"] == [3]
     assert record.command == "python tools/bench.py t --sizes 3"
+
+
+def test_suites_have_no_parser_of_their_own():
+    """Options are declared (Param) and parsed by tools/bench.py alone; the other scripts of tools/ with a
+    parser are the peer's trainer and the fine-tuning walk-through."""
+    suites_dir = ROOT / "tools" / "suites"
+    assert not [p.name for p in suites_dir.glob("*.py") if "argparse" in p.read_text()]
+    scripts = sorted(p.name for p in (ROOT / "tools").iterdir() if p.suffix in (".py", ".sh"))
+    assert scripts == ["bench.py", "finetune_ultralytics_det.sh", "peer_ultralytics_det.py", "ultralytics_env.py"]
+    assert "argparse" not in (ROOT / "tools" / "ultralytics_env.py").read_text()

@@ -2,19 +2,19 @@
 
 One process, one thread (torch and OpenCV), the pipelines measured in alternating rounds over the same
 ``--images`` JPEG files (scikit-learn's sample photos cut into crops of about 500x375, quality 90, the
-files tools/bench_data.py makes; ``--side`` other than 500 resizes them so that the longer side is
+files the ``data`` suite makes; ``--side`` other than 500 resizes them so that the longer side is
 that long); each figure is the median of ``--rounds`` rounds, in images per second:
 
 - ``decode``: PIL decoding each file at full size (``Image.open`` + ``load``): what a pipeline that
-  decodes every file at full size cannot beat; ``decode+rgb``: the same plus the RGB array that
-  today's ``load_image`` made (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
+  decodes every file at full size cannot beat; ``decode+rgb``: the same plus the RGB array
+  of the whole image (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
 - ``ours``: vision_attn's pipelines from the file (data/file_transforms.py: the crop drawn on the
   header's size, a JPEG decoded at 1/2, 1/4 or 1/8 where the crop stays at least the output size,
   uint8 to the end, OpenCV's JPEG decoder, ``data.normalize: device``: the data module's defaults,
   the uint8 image out of the workers, normalised where the batch goes (``normalize`` in
   ``device_cost``); ``ours, normalize in loader``: float32 out of the workers); ``ours (full decode)``: the same
   with ``reduce=False``; ``ours (pil)``: with PIL's JPEG decoder (``decoder="pil"``); ``before``:
-  the albumentations Compose on today's decoded array (what training ran before file_transforms);
+  the same albumentations Compose on that RGB array of the whole decoded image (no file transform);
   ``ours, augment on device``: what the workers do under ``data.augment: device`` (decode, crop,
   flip, to a uint8 tensor: the same for ``on`` and ``off``), the colour jitter, RandAugment and
   erasing left to :class:`~vision_attn.data.device_augment.DeviceAugment` on the training device,
@@ -55,7 +55,7 @@ def _one_thread() -> None:
 
 
 def _old_load(path: str) -> np.ndarray:
-    """Today's load_image before data/decode.py (a convert copy and an array copy)."""
+    """The whole image as an RGB array (a convert copy and an array copy): the "before" pipelines' input."""
     with Image.open(path) as img:
         img.load()
         return np.asarray(img.convert("RGB"))
