@@ -33,8 +33,11 @@ test: $(STAMP) $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 -m "not benchmark"
 
-benchmark: $(STAMP)
-	$(PY) tools/bench_vit.py
+# Every CPU suite of tools/bench.py (`python tools/bench.py --list`), with its default settings: hours on a
+# small machine. The test-only peers (ultralytics) are installed for the suites that measure against them;
+# a suite whose peer is missing is skipped. One JSON record per suite in runs/benchmarks/.
+benchmark: $(STAMP) $(TEST_STAMP)
+	$(PY) tools/bench.py --group cpu --out runs/benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,4 +1,5 @@
-"""tools/gpu_check.py's dry run on the CPU: the same code path as on a GPU, tiny sizes, its JSON."""
+"""The gpu suite's dry run on the CPU (`tools/bench.py gpu --dry-run`): the same code path as on a GPU, tiny
+sizes, its JSON record."""
 import json
 import subprocess
 import sys
@@ -8,12 +9,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_check_dry_run(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--dry-run", "--models",
-                           "vit_tiny_patch16_224", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "gpu", "--dry-run", "--models",
+                           "vit_tiny_patch16_224", "--json", str(tmp_path / "gpu_check.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| model | mode | batch | img/s (bf16) |" in proc.stdout
-    d = json.loads((tmp_path / "gpu_check.json").read_text())
+    record = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert record["suite"] == "gpu" and record["params"]["dry_run"] is True and "isa" in record["environment"]
+    d = record["results"]
     check = d["checks"]["vit_tiny_patch16_224"]
     assert check["fp32_max_abs_diff"] < 1e-4 * max(1.0, check["logit_scale"])  # same weights, same function
     assert check["grad_max_rel_diff"] < 1e-3

@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tools.suites.untrusted_inputs import DETECTOR, alias_bomb
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.json import read_json
 from vision_attn.io.text import read_lines
 from vision_attn.io.yaml import CONFIG_LIMITS, DETECTOR_LIMITS, YamlLimits, check_yaml, load_yaml, read_yaml, read_yaml_text
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-from untrusted_inputs import DETECTOR, alias_bomb  # noqa: E402
 
 
 def test_alias_bomb_is_refused_before_it_expands():
@@ -137,13 +136,14 @@ def test_yaml_insert_refuses_an_input_or_output_that_does_not_build(tmp_path, ca
     assert out.read_text().count("CBAM") == 2
 
 
-def test_hostile_files_are_refused_by_every_command_without_growing_or_writing():
-    """tools/untrusted_inputs.py: alias bombs (detector YAML, training config, data YAML), 10,000-deep
+def test_hostile_files_are_refused_by_every_command_without_growing_or_writing(tmp_path):
+    """`tools/bench.py untrusted-inputs`: alias bombs (detector YAML, training config, data YAML), 10,000-deep
     YAML and JSON, a 50 MB config; each through the command or API that opens it, in one process."""
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "untrusted_inputs.py"), "--json"],
+    out = tmp_path / "untrusted.json"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "untrusted-inputs", "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    results = [json.loads(line) for line in done.stdout.splitlines()]
+    results = json.loads(out.read_text())["results"]["scenarios"]
     assert len(results) == 11
     for r in results:
         assert r["status"] == 2, r

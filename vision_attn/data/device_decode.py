@@ -6,7 +6,7 @@ few hundred images per second per worker, while an H200 trains ViT-S on about 5,
 the whole batch on the device (nvJPEG on CUDA), then each image gets a random resized crop
 (bilinear, antialiased; scale and ratio as ``RandomResizedCrop``), a random horizontal flip, and
 the batch is normalised, all on the device. The CPU only reads files. On the CPU the same code runs
-with torchvision's CPU decoder (used by the tests and the dry run of tools/gpu_check.py).
+with torchvision's CPU decoder (used by the tests and the dry run of `tools/bench.py gpu`).
 """
 from __future__ import annotations
 

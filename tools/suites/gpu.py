@@ -1,7 +1,7 @@
-"""GPU check: ours against timm on a CUDA machine, in one short run (replaces gpu_check_swin.py).
+"""GPU check: ours against timm on a CUDA machine, in one short run.
 
-    PYTHONPATH=. python tools/gpu_check.py [--out DIR] [--models vit_base_patch16_224,swin_tiny_patch4_window7_224]
-    PYTHONPATH=. python tools/gpu_check.py --dry-run      # the same steps on the CPU, tiny sizes, seconds
+    python tools/bench.py gpu --json DIR/gpu_check.json [--models vit_base_patch16_224,swin_tiny_patch4_window7_224]
+    python tools/bench.py gpu --dry-run --json /tmp/gc/gpu_check.json   # the same steps on the CPU, tiny sizes
 
 For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weights in ours and timm's:
 - parity: fp32 logits (TF32 off) and bf16-autocast logits against timm, and the gradients of one fp32
@@ -13,7 +13,7 @@ and:
 - ``train cls`` (the digits demo, configs/train/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
   demo:digit-boxes, configs/train/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
   for ``--train-steps`` steps each, bf16-mixed, eager and with ``--model.compile``;
-- the loader against the model (first, since no earlier GPU run recorded it): images/s of the data
+- the loader against the model (first): images/s of the data
   module's image-folder train loader at 224 px (JPEG photos, reduced-size decoding and the recipes'
   augmentations in ``--workers`` processes, default: all CPUs; ``data.normalize`` device and loader,
   each batch copied to the GPU and normalised as the data module does; and ``data.augment: device``:
@@ -21,37 +21,31 @@ and:
   training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and of
   :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's JPEGs decoded by
   ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
-Prints Markdown tables and writes gpu_check.json to --out (default: $OUT if set, else the current
-folder) after every phase, so that a run stopped at a time limit keeps what it measured.
+Prints Markdown tables and writes the record (``--json``; default: $OUT/gpu_check.json where $OUT is
+set) after every phase, so that a run stopped at a time limit keeps what it measured.
 ``--dry-run`` runs every step on the CPU with ViT-Ti instead of ViT-B, batch 1, one round, two
 Lightning steps, a few images, the device decoder on the CPU, and no torch.compile (minutes of
 compiling on a CPU), to check the script itself.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import timm
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import vision_attn  # noqa: E402
-from bench_data import make_photos, normalize_rate  # noqa: E402
-from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin  # noqa: E402
-from vision_attn.analysis.tables import to_markdown  # noqa: E402
+import vision_attn
+from tools.suites.data import make_photos, normalize_rate
+from tools.suites.harness import ROOT, Param, Suite
 
 
 def parity(name: str, img: int, device: str) -> dict[str, float]:
     """Max |ours - timm| of fp32 and bf16 logits and the largest relative gradient difference."""
+    from vision_attn.analysis.benchmark import timm_twin
+
     torch.manual_seed(0)
     peer = timm_twin(name, img).to(device).eval()
     ours = vision_attn.create_model(name, img_size=img).to(device).eval()
@@ -111,6 +105,8 @@ def loader_against_model(device: str, workers: int, images: int, batch: int, mod
     ``models`` at ``model_size`` px; and of the device decoder (the batch's JPEGs decoded there)."""
     from torchvision.io import read_file
 
+    from vision_attn.analysis.benchmark import benchmark_models
+
     from vision_attn.data.device_decode import DeviceDecodeAugment
 
     out: dict = {"workers": workers, "images": images, "batch": batch}
@@ -149,98 +145,97 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--models", default="vit_base_patch16_224,swin_tiny_patch4_window7_224")
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--img-size", type=int, default=224)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--train-steps", type=int, default=300, help="Lightning steps of train cls and train det")
-    ap.add_argument("--workers", type=int, default=os.cpu_count(), help="loader processes (default: all CPUs)")
-    ap.add_argument("--images", type=int, default=1024, help="JPEG photos for the loader measurement")
-    ap.add_argument("--loader-batch", type=int, default=128, help="batch of the loader and model measurement")
-    ap.add_argument("--dry-run", action="store_true", help="CPU, vit_tiny and swin_tiny, batch 1, one round, no compile")
-    args = ap.parse_args()
-    device = "cpu" if args.dry_run else "cuda"
-    if args.dry_run:
-        args.batch, args.rounds, args.iters, args.train_steps = 1, 1, 1, 2
-        args.img_size = 64
-        args.models = args.models.replace("vit_base", "vit_tiny")
-        args.workers, args.images, args.loader_batch = 1, 4, 2
+def run(p, record) -> None:
+    import timm
+
+    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin
+
+    device = "cpu" if p.dry_run else "cuda"
+    if p.dry_run:
+        p.batch, p.rounds, p.iters, p.train_steps = 1, 1, 1, 2
+        p.img_size = 64
+        p.models = p.models.replace("vit_base", "vit_tiny")
+        p.workers, p.images, p.loader_batch = 1, 4, 2
     elif not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run with --dry-run to check the script on the CPU")
+        raise SystemExit("no CUDA device: run with --dry-run to check the suite on the CPU")
+    if record.json_path is None and os.environ.get("OUT"):
+        record.json_path = os.path.join(os.environ["OUT"], "gpu_check.json")
     t0 = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    peak = matmul_peak(device, "bf16", n=256 if args.dry_run else None)  # a CPU without bf16 instructions: slow
+    peak = matmul_peak(device, "bf16", n=256 if p.dry_run else None)  # a CPU without bf16 instructions: slow
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
             "torch": torch.__version__, "timm": timm.__version__, "bf16_matmul_peak_tflops": peak / 1e12}
-    print(json.dumps(info), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    report: dict = {"info": info, "checks": {}, "results": [], "training": [], "loader": {}}
+    record.line(str(info))
+    report = record.results
+    report.update({"info": info, "checks": {}, "results": [], "training": [], "loader": {}})
 
-    def save() -> None:  # after every phase: a run stopped at its time limit keeps what it measured
-        with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-            json.dump(report, f, indent=1)
-
-    # the loader first: it is the figure no earlier GPU run recorded
-    loader_models = ["vit_tiny_patch16_224"] if args.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
+    loader_models = ["vit_tiny_patch16_224"] if p.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
     loader = report["loader"] = loader_against_model(
-        device, args.workers, args.images, args.loader_batch, loader_models,
-        decode_batches=2 if args.dry_run else 16, peak=peak,
-        model_size=args.img_size if args.dry_run else 224)  # bf16 is emulated on most CPUs
+        device, p.workers, p.images, p.loader_batch, loader_models,
+        decode_batches=2 if p.dry_run else 16, peak=peak,
+        model_size=p.img_size if p.dry_run else 224)  # bf16 is emulated on most CPUs
     lrows = [[f"data module's train loader, data.normalize {v['normalize']}, data.augment {v['augment']}, "
               f"{v['workers']} workers, to {v['device']}", f"{v['images_per_s']:.0f}"] for v in loader["loader"].values()]
     lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
     lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
                   f"{loader['device_decode_img_per_s']:.0f}"])
-    print("\n" + to_markdown(["224 px", "images/s"], lrows), flush=True)
+    record.table(["224 px", "images/s"], lrows)
     info["seconds_loader"] = round(time.time() - t0, 1)
-    save()
+    record.save()  # after every phase: a run stopped at its time limit keeps what it measured
 
     train = report["training"]
     with tempfile.TemporaryDirectory() as runs:
         for task in ("cls", "det"):
-            for compiled in ([False] if args.dry_run else [False, True]):
-                t = lightning_steps(task, device, args.train_steps, runs, compiled,
-                                    workers=0 if args.dry_run else min(args.workers, 8))
+            for compiled in ([False] if p.dry_run else [False, True]):
+                t = lightning_steps(task, device, p.train_steps, runs, compiled,
+                                    workers=0 if p.dry_run else min(p.workers, 8))
                 t["mfu"] = 3 * 2e9 * t["gmacs_per_image"] * t["img_per_s"] / peak
                 train.append(t)
-                save()
-    print("\n" + to_markdown(
-        ["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
-        [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
-          f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train]), flush=True)
+                record.save()
+    record.table(["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
+                 [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
+                   f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train])
     info["seconds_training"] = round(time.time() - t0, 1)
 
     checks, results = report["checks"], []
-    for name in args.models.split(","):
-        checks[name] = parity(name, args.img_size, device)
-        for compiled in ([False] if args.dry_run else [False, True]):
+    for name in p.models.split(","):
+        checks[name] = parity(name, p.img_size, device)
+        for compiled in ([False] if p.dry_run else [False, True]):
             torch.manual_seed(0)
-            models = {name: vision_attn.create_model(name, img_size=args.img_size),
-                      f"timm {name}": timm_twin(name, args.img_size)}
-            results += benchmark_models(models, batch=args.batch, img_size=args.img_size, device=device,
-                                        precision="bf16", compile=compiled, rounds=args.rounds, iters=args.iters,
-                                        warmup=1 if args.dry_run else 3,
+            models = {name: vision_attn.create_model(name, img_size=p.img_size),
+                      f"timm {name}": timm_twin(name, p.img_size)}
+            results += benchmark_models(models, batch=p.batch, img_size=p.img_size, device=device,
+                                        precision="bf16", compile=compiled, rounds=p.rounds, iters=p.iters,
+                                        warmup=1 if p.dry_run else 3,
                                         peak_flops=peak, pairs={name: f"timm {name}"})
             report["results"] = [r.to_dict() for r in results]
-            save()
+            record.save()
             del models
             if device == "cuda":
                 torch.cuda.empty_cache()
-    print(json.dumps(checks, indent=1))
-    rows = [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
-             f"{r.peak_memory_mb:.0f}", f"{100 * r.mfu:.1f}%", "" if r.ratio is None else f"{r.ratio:.3f}"]
-            for r in results]
-    print("\n" + to_markdown(["model", "mode", "batch", "img/s (bf16)", "latency ms", "peak MiB", "MFU", "vs timm"],
-                             rows))
+    record.table(["model", "fp32 max abs diff", "bf16 max abs diff", "grad max rel diff"],
+                 [[k, f"{v['fp32_max_abs_diff']:.2e}", f"{v['bf16_max_abs_diff']:.2e}", f"{v['grad_max_rel_diff']:.2e}"]
+                  for k, v in checks.items()])
+    record.table(["model", "mode", "batch", "img/s (bf16)", "latency ms", "peak MiB", "MFU", "vs timm"],
+                 [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
+                   f"{r.peak_memory_mb:.0f}", f"{100 * r.mfu:.1f}%", "" if r.ratio is None else f"{r.ratio:.3f}"]
+                  for r in results])
     info["seconds_total"] = round(time.time() - t0, 1)
-    save()
-    print(f"total {time.time() - t0:.0f} s")
+    record.line(f"total {time.time() - t0:.0f} s")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("gpu", "ours against timm on a CUDA GPU: parity, bf16 inference (eager, compiled), training, loader",
+              run, (
+                  Param("models", "vit_base_patch16_224,swin_tiny_patch4_window7_224", "comma-separated models"),
+                  Param("batch", 256, "inference batch"),
+                  Param("img_size", 224, "pixels"),
+                  Param("rounds", 5, "rounds"),
+                  Param("iters", 10, "passes a round"),
+                  Param("train_steps", 300, "Lightning steps of train cls and train det"),
+                  Param("workers", os.cpu_count() or 1, "loader processes (default: all CPUs)"),
+                  Param("images", 1024, "JPEG photos for the loader measurement"),
+                  Param("loader_batch", 128, "batch of the loader and model measurement"),
+                  Param("dry_run", False, "CPU, vit_tiny and swin_tiny, batch 1, one round, no compile "
+                        "(checks the suite)", quick=True),
+              ), group="gpu", requires=("timm", "sklearn"), doc=__doc__)

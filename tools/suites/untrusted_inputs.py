@@ -1,10 +1,8 @@
 """Hostile files against the commands that open them: each must be refused with exit status 2, a
 one-line error naming the file, no file written, quickly and without the process growing.
 
-Run from the repository (or anywhere vision_attn is installed)::
-
-    python tools/untrusted_inputs.py            # a table
-    python tools/untrusted_inputs.py --json     # one JSON object a scenario (what the test reads)
+    python tools/bench.py untrusted-inputs                      # a table
+    python tools/bench.py untrusted-inputs --json out.json      # the record (what the test reads)
 
 The files are written to a temporary folder: a detector YAML with a 9-level alias bomb (4 KB on
 disk, 10^9 nodes expanded), the same bomb appended to a training config and to a data YAML, YAML and
@@ -14,10 +12,8 @@ set (``ru_maxrss`` before and after) belong to the refusal itself.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
-import json
 import os
 import resource
 import sys
@@ -25,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from tools.suites.harness import Suite
 
 DETECTOR = """\
 nc: 2
@@ -149,23 +147,14 @@ def run_all() -> list[dict[str, object]]:
     return results
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="one JSON object a line")
-    args = ap.parse_args()
-    results = run_all()
-    if args.json:
-        for r in results:
-            print(json.dumps(r))
-        return
-    print("| scenario | exit | seconds | resident set growth (MB) | new files |")
-    print("| --- | ---: | ---: | ---: | --- |")
+def run(p, record) -> None:
+    results = record.results["scenarios"] = run_all()
+    record.table(["scenario", "exit", "seconds", "resident set growth (MB)", "new files"],
+                 [[r["scenario"], r["status"], f"{r['seconds']:.3f}", f"{r['rss_growth_mb']:.1f}",
+                   ", ".join(r["new_files"]) or "none"] for r in results])
     for r in results:
-        print(f"| {r['scenario']} | {r['status']} | {r['seconds']:.3f} | {r['rss_growth_mb']:.1f} | "
-              f"{', '.join(r['new_files']) or 'none'} |")
-    for r in results:
-        print(f"{r['scenario']}: {str(r['stderr']).strip()}")
+        record.line(f"{r['scenario']}: {str(r['stderr']).strip()}")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("untrusted-inputs", "hostile files (alias bombs, deep nesting, a 50 MB config) refused by every command",
+              run, group="check", doc=__doc__)

@@ -1,7 +1,7 @@
 """Where inference time goes, op by op: our PyTorch model against OpenVINO running its export.
 
-    .venv/bin/python tools/profile_inference.py vit_small_patch16_224 --batch 8 --precision bf16
-    .venv/bin/python tools/profile_inference.py swin_tiny_patch4_window7_224 --batch 1 --precision fp32 --json out.json
+    python tools/bench.py profile-inference --model vit_small_patch16_224 --batch 8 --precision bf16
+    python tools/bench.py profile-inference --model swin_tiny_patch4_window7_224 --batch 1 --precision fp32 --json out.json
 
 For one model, batch and precision, with the same random weights on both sides and the same threads:
 - ours: ``torch.profiler`` over ``--iters`` calls (after warm-up), each op's self CPU time per call,
@@ -16,23 +16,14 @@ slower on which side. Latency: the median wall time of one call, profiler off, a
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import statistics
-import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import vision_attn  # noqa: E402
-from vision_attn.export.openvino import export_openvino, require_openvino  # noqa: E402
-from vision_attn.export.signal_stack import kept_signal_stack  # noqa: E402
-from vision_attn.kernels import freeze  # noqa: E402
+from tools.suites.harness import Param, Suite, alternate, median_ms
 
 # op or node-type name fragments -> concept (first match wins; lower case)
 CONCEPTS = (
@@ -80,16 +71,6 @@ def profile_openvino(compiled, x: torch.Tensor, iters: int) -> dict[str, float]:
     return dict(times)
 
 
-def latencies(fns: dict[str, callable], rounds: int) -> dict[str, float]:
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            out[k].append((time.perf_counter() - start) * 1e3)
-    return {k: statistics.median(v) for k, v in out.items()}
-
-
 def grouped(ops: dict[str, float]) -> dict[str, float]:
     g: dict[str, float] = defaultdict(float)
     for name, ms in ops.items():
@@ -97,68 +78,63 @@ def grouped(ops: dict[str, float]) -> dict[str, float]:
     return dict(g)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--img-size", type=int, default=224)
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=5, help="alternating latency rounds")
-    ap.add_argument("--top", type=int, default=12, help="ops listed per side")
-    ap.add_argument("--frozen", action="store_true", help="profile the torch-frozen runtime's model (default: eager)")
-    ap.add_argument("--json", help="write the tables here too")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+def run(p, record) -> None:
+    import vision_attn
+    from vision_attn.export.openvino import export_openvino, require_openvino
+    from vision_attn.export.signal_stack import kept_signal_stack
+    from vision_attn.kernels import freeze
+
+    torch.set_num_threads(p.threads)
     ov = require_openvino()
     torch.manual_seed(0)
-    model = vision_attn.create_model(args.model, img_size=args.img_size).eval()
-    x = torch.randn(args.batch, 3, args.img_size, args.img_size)
-    bf16 = args.precision == "bf16"
+    model = vision_attn.create_model(p.model, img_size=p.img_size).eval()
+    x = torch.randn(p.batch, 3, p.img_size, p.img_size)
+    bf16 = p.precision == "bf16"
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "model.xml"
-        export_openvino(model, xml, (args.img_size, args.img_size), exporter="torchscript", dynamic_batch=True)
+        export_openvino(model, xml, (p.img_size, p.img_size), exporter="torchscript", dynamic_batch=True)
         core = ov.Core()
         with kept_signal_stack():
             compiled = core.compile_model(core.read_model(str(xml)), "CPU", {
-                "INFERENCE_NUM_THREADS": args.threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+                "INFERENCE_NUM_THREADS": p.threads, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
                 "PERF_COUNT": True})
     arr = x.numpy()
     req = compiled.create_infer_request()
 
     dtype = torch.bfloat16 if bf16 else torch.float32
-    net = freeze(copy.deepcopy(model), dtype) if args.frozen else model
-    xin = x.to(dtype) if args.frozen else x
+    net = freeze(copy.deepcopy(model), dtype) if p.frozen else model
+    xin = x.to(dtype) if p.frozen else x
 
     def ours() -> None:
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and not args.frozen):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and not p.frozen):
             net(xin)
 
-    for _ in range(2):  # warm-up: kernels chosen, weights packed
-        ours()
-        req.infer({0: arr})
-    lat = latencies({"ours": ours, "openvino": lambda: req.infer({0: arr})}, args.rounds)
-    mine = profile_torch(ours, args.iters)
-    theirs = profile_openvino(compiled, x, args.iters)
+    # warm-up (kernels chosen, weights packed), then one call each a round
+    lat = median_ms(alternate({"ours": ours, "openvino": lambda: req.infer({0: arr})}, p.rounds, warmup_calls=2))
+    mine = profile_torch(ours, p.iters)
+    theirs = profile_openvino(compiled, x, p.iters)
     g_mine, g_theirs = grouped(mine), grouped(theirs)
-    print(f"{args.model}, batch {args.batch}, {args.precision}, {args.threads} threads, "
-          f"{'torch-frozen' if args.frozen else 'eager'}: median latency "
-          f"ours {lat['ours']:.1f} ms, OpenVINO {lat['openvino']:.1f} ms ({lat['ours'] / lat['openvino']:.2f}x)")
-    print("\n| concept | ours ms/call | OpenVINO ms/call |\n| --- | ---: | ---: |")
-    for c in [c for c, _ in CONCEPTS] + ["other"]:
-        print(f"| {c} | {g_mine.get(c, 0):.2f} | {g_theirs.get(c, 0):.2f} |")
-    print(f"| total (profiled) | {sum(mine.values()):.2f} | {sum(theirs.values()):.2f} |")
+    record.results.update({"model": p.model, "batch": p.batch, "precision": p.precision, "frozen": p.frozen,
+                           "threads": p.threads, "latency_ms": lat, "ours": mine, "openvino": theirs})
+    record.line(f"{p.model}, batch {p.batch}, {p.precision}, {p.threads} threads, "
+                f"{'torch-frozen' if p.frozen else 'eager'}: median latency "
+                f"ours {lat['ours']:.1f} ms, OpenVINO {lat['openvino']:.1f} ms ({lat['ours'] / lat['openvino']:.2f}x)\n")
+    rows = [[c, f"{g_mine.get(c, 0):.2f}", f"{g_theirs.get(c, 0):.2f}"] for c in [c for c, _ in CONCEPTS] + ["other"]]
+    rows.append(["total (profiled)", f"{sum(mine.values()):.2f}", f"{sum(theirs.values()):.2f}"])
+    record.table(["concept", "ours ms/call", "OpenVINO ms/call"], rows)
     for side, ops in (("ours (aten op)", mine), ("OpenVINO (node type [kernel])", theirs)):
-        print(f"\n| {side} | ms/call |\n| --- | ---: |")
-        for name, ms in sorted(ops.items(), key=lambda kv: -kv[1])[:args.top]:
-            print(f"| {name} | {ms:.2f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "batch": args.batch, "precision": args.precision,
-                                               "frozen": args.frozen,
-                                               "threads": args.threads, "latency_ms": lat, "ours": mine,
-                                               "openvino": theirs}, indent=1))
+        record.table([side, "ms/call"], [[name, f"{ms:.2f}"]
+                                         for name, ms in sorted(ops.items(), key=lambda kv: -kv[1])[:p.top]])
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("profile-inference", "op by op: our PyTorch inference against OpenVINO running its export", run, (
+    Param("model", "vit_small_patch16_224", "model name", quick="vit_tiny_patch16_224"),
+    Param("batch", 1, "images a call"),
+    Param("img_size", 224, "pixels", quick=32),
+    Param("precision", "fp32", "precision", choices=["fp32", "bf16"]),
+    Param("threads", 2, "torch and OpenVINO threads", quick=1),
+    Param("iters", 5, "profiled calls", quick=1),
+    Param("rounds", 5, "alternating latency rounds", quick=1),
+    Param("top", 12, "ops listed per side"),
+    Param("frozen", False, "profile the torch-frozen runtime's model (default: eager)"),
+), requires=("openvino",), doc=__doc__)

@@ -15,28 +15,24 @@ crops of ImageNet-like size (about 375x500) and saved as JPEG files in a tempora
 ``device`` the normalisation there) and the bytes of a batch's images (uint8 is a quarter of float32's);
 the training steps are then not measured.
 
-    .venv/bin/python tools/bench_data.py [--workers 2] [--images 256] [--steps 6]
-    .venv/bin/python tools/bench_data.py --normalize both [--device cuda] [--workers 2] [--batch 16]
+    python tools/bench.py data --workers 2 --images 256 --batch 16
+    python tools/bench.py data --normalize both --workers 2 --batch 32 --images 512 --epochs 3
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
+from tools.suites.harness import Param, Suite
 
 def make_photos(root: Path, n: int, seed: int = 0) -> list[tuple[str, int]]:
     """``n`` JPEG crops (about 375x500) of scikit-learn's sample photos in 10 class folders."""
+    from PIL import Image
     from sklearn.datasets import load_sample_images
 
     photos = load_sample_images().images  # two (427, 640, 3) uint8
@@ -110,13 +106,13 @@ def normalize_rate(samples: list[tuple[str, int]], normalize: str, workers: int,
             "per_epoch": [round(r, 1) for r in rates]}
 
 
-def train_rate(batch: int, steps: int, bf16: bool) -> dict:
-    """Images/s of AdamW training steps of vit_small_patch16_224 at 224 px (median over ``steps``)."""
+def train_rate(batch: int, steps: int, bf16: bool, name: str = "vit_small_patch16_224", img_size: int = 224) -> dict:
+    """Images/s of AdamW training steps of ``name`` at ``img_size`` px (median over ``steps``)."""
     from vision_attn import create_model
 
-    model = create_model("vit_small_patch16_224", num_classes=1000).train()
+    model = create_model(name, num_classes=1000, **({} if img_size == 224 else {"img_size": img_size})).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(batch, 3, img_size, img_size)
     y = torch.randint(0, 1000, (batch,))
     times = []
     for i in range(steps + 1):
@@ -129,54 +125,47 @@ def train_rate(batch: int, steps: int, bf16: bool) -> dict:
         if i:  # step 0 is a warm-up
             times.append(time.perf_counter() - start)
     step = statistics.median(times)
-    return {"model": "vit_small_patch16_224", "batch": batch, "precision": "bf16-mixed" if bf16 else "fp32",
+    return {"model": name, "batch": batch, "precision": "bf16-mixed" if bf16 else "fp32",
             "seconds_per_step": round(step, 3), "images_per_s": round(batch / step, 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--epochs", type=int, default=2, help="timed passes over the images (after a warm-up)")
-    parser.add_argument("--steps", type=int, default=6, help="timed training steps per precision")
-    parser.add_argument("--normalize", choices=("device", "loader", "both"),
-                        help="measure the data module's loader with data.normalize so (both: each) instead")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where --normalize's batches go (default: cuda if available)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.normalize:
-        modes = ("loader", "device") if args.normalize == "both" else (args.normalize,)
+def run(p, record) -> None:
+    if p.normalize:
+        modes = ("loader", "device") if p.normalize == "both" else (p.normalize,)
+        device = p.device or ("cuda" if torch.cuda.is_available() else "cpu")
         with tempfile.TemporaryDirectory() as tmp:
-            samples = make_photos(Path(tmp), args.images)
-            rows = [normalize_rate(samples, m, args.workers, args.batch, args.epochs, args.device) for m in modes]
-        if args.json:
-            print(json.dumps({"loaders": rows, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                              "torch": torch.__version__}, indent=2))
-            return
+            samples = make_photos(Path(tmp), p.images)
+            rows = [normalize_rate(samples, m, p.workers, p.batch, p.epochs, device) for m in modes]
+        record.results["loaders"] = rows
         for r in rows:
-            print(f"data.normalize {r['normalize']}: {r['images_per_s']} images/s to {r['device']}, {r['workers']} "
-                  f"workers, batch {r['batch']} of {r['dtype']}: {r['bytes_per_batch'] / 2**20:.2f} MiB")
+            record.line(f"data.normalize {r['normalize']}: {r['images_per_s']} images/s to {r['device']}, "
+                        f"{r['workers']} workers, batch {r['batch']} of {r['dtype']}: "
+                        f"{r['bytes_per_batch'] / 2**20:.2f} MiB")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        samples = make_photos(Path(tmp), args.images)
-        data = pipeline_rate(samples, args.workers, args.batch, args.epochs)
-        data_main = pipeline_rate(samples, 0, args.batch, 1)
-    train = [train_rate(args.batch, args.steps, bf16) for bf16 in (False, True)]
-    out = {"pipeline": data, "pipeline_in_main_process": data_main, "train": train,
-           "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "torch": torch.__version__}
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return
-    print(f"train pipeline at 224 px, {args.workers} workers: {data['images_per_s']} images/s "
-          f"(main process only: {data_main['images_per_s']})")
+        samples = make_photos(Path(tmp), p.images)
+        data = pipeline_rate(samples, p.workers, p.batch, p.epochs)
+        data_main = pipeline_rate(samples, 0, p.batch, 1)
+    train = [train_rate(p.batch, p.steps, bf16, p.model, p.img_size) for bf16 in (False, True)]
+    record.results.update({"pipeline": data, "pipeline_in_main_process": data_main, "train": train})
+    record.line(f"train pipeline at 224 px, {p.workers} workers: {data['images_per_s']} images/s "
+                f"(main process only: {data_main['images_per_s']})")
     for t in train:
-        print(f"{t['model']} training step, batch {t['batch']}, {t['precision']}: {t['images_per_s']} images/s "
-              f"({t['seconds_per_step']} s/step)")
+        record.line(f"{t['model']} training step, batch {t['batch']}, {t['precision']}: {t['images_per_s']} images/s "
+                    f"({t['seconds_per_step']} s/step)")
     fastest = max(t["images_per_s"] for t in train)
-    print(f"pipeline / fastest training rate: {data['images_per_s'] / fastest:.1f}x")
+    record.line(f"pipeline / fastest training rate: {data['images_per_s'] / fastest:.1f}x")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("data", "the classification input pipeline's images/s against training steps' images/s", run, (
+    Param("workers", 2, "loader processes", quick=0),
+    Param("images", 256, "JPEG photos", quick=4),
+    Param("batch", 16, "batch size", quick=2),
+    Param("epochs", 2, "timed passes over the images (after a warm-up)", quick=1),
+    Param("steps", 6, "timed training steps per precision", quick=1),
+    Param("model", "vit_small_patch16_224", "the model of the training steps", quick="vit_tiny_patch16_224"),
+    Param("img_size", 224, "the training steps' pixels", quick=32),
+    Param("normalize", "", "measure the data module's loader with data.normalize so (both: each) instead",
+          choices=["", "device", "loader", "both"]),
+    Param("device", "", "where --normalize's batches go (default: cuda if available, else cpu)"),
+), requires=("sklearn",), doc=__doc__)

@@ -1,5 +1,5 @@
-"""Benchmark-only: RT-DETR's Hungarian matching (and the whole loss) of ours against ultralytics', in one
-process, alternating.
+"""RT-DETR's Hungarian matching (and the whole loss) of ours against ultralytics', in one process,
+alternating (ultralytics: a test-only peer).
 
 Random predictions of ``--queries`` queries x ``--classes`` classes for ``--batch`` images with ``--boxes``
 ground-truth boxes each. ``match``: one layer matched (ours: :class:`HungarianMatcher` on (1, B, Q, .);
@@ -7,25 +7,22 @@ theirs: ``HungarianMatcher`` with costs 2, 5, 2). ``loss``: the whole training l
 layers + the encoder's top-k and 100 denoising queries (ours: :class:`RTDETRLoss`; theirs:
 ``RTDETRDetectionLoss(use_vfl=True)`` as ``RTDETRDetectionModel.loss`` calls it), forward and backward.
 ``--rounds`` rounds of ``--iters`` calls each, the order swapped every round; the clock is the thread's CPU
-time with ``--threads 1`` (which other processes cannot inflate), wall time otherwise. Prints one JSON
-line per benchmark: the median over rounds of theirs/ours time (above 1: ours is faster).
+time with ``--threads 1`` (which other processes cannot inflate), wall time otherwise. One row per
+benchmark: the median over rounds of theirs/ours time (above 1: ours is faster).
 
-    .venv/bin/python tools/bench_detr_loss.py --threads 1 --rounds 9
+    python tools/bench.py detr-loss --threads 1 --rounds 11 --iters 10
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import time
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
-from ultralytics_env import quiet_ultralytics_environment  # tools/, the script's folder
+
+from tools.suites.harness import CLOCKS, Param, Suite, alternate, median_ms, median_ratio
 
 
-def _setup(args: argparse.Namespace) -> dict[str, Any]:
+def _setup(args: Any) -> dict[str, Any]:
     from vision_attn.losses.detr import detr_targets
 
     g = torch.Generator().manual_seed(0)
@@ -83,45 +80,35 @@ def _loss_pair(data: dict[str, Any], layers: int) -> tuple[Callable[[], Any], Ca
     return run_ours, run_theirs
 
 
-def _time(fn: Callable[[], Any], iters: int, clock: Callable[[], float]) -> float:
-    start = clock()
-    for _ in range(iters):
-        fn()
-    return (clock() - start) / iters
+def run(p, record) -> None:
+    from tools.ultralytics_env import quiet_ultralytics_environment
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--boxes", type=int, default=50)
-    parser.add_argument("--classes", type=int, default=80)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--which", nargs="+", default=["match", "loss"], choices=["match", "loss"])
-    args = parser.parse_args()
     quiet_ultralytics_environment()
-    torch.set_num_threads(args.threads)
-    clock = time.thread_time if args.threads == 1 else time.perf_counter
-    data = _setup(args)
-    for name in args.which:
-        ours, theirs = _match_pair(data) if name == "match" else _loss_pair(data, args.layers)
-        ours(), theirs()  # warm-up
-        ratios, ours_s, theirs_s = [], [], []
-        for r in range(args.rounds):
-            order = (ours, theirs) if r % 2 == 0 else (theirs, ours)
-            times = {fn: _time(fn, args.iters, clock) for fn in order}
-            ours_s.append(times[ours])
-            theirs_s.append(times[theirs])
-            ratios.append(times[theirs] / times[ours])
-        print(json.dumps({"bench": name, "batch": args.batch, "queries": args.queries, "boxes": args.boxes,
-                          "classes": args.classes, "threads": args.threads,
-                          "ours_ms": round(1000 * statistics.median(ours_s), 3),
-                          "theirs_ms": round(1000 * statistics.median(theirs_s), 3),
-                          "theirs_over_ours": round(statistics.median(ratios), 3)}))
+    torch.set_num_threads(p.threads)
+    clock = CLOCKS["thread" if p.threads == 1 else "wall"]
+    data = _setup(p)
+    lines = []
+    for name in p.which:
+        ours, theirs = _match_pair(data) if name == "match" else _loss_pair(data, p.layers)
+        times = alternate({"ours": ours, "theirs": theirs}, p.rounds, iters=p.iters, clock=clock, warmup_calls=1)
+        ms = median_ms(times)
+        row = record.add("rows", {"bench": name, "batch": p.batch, "queries": p.queries, "boxes": p.boxes,
+                                  "classes": p.classes, "threads": p.threads, "ours_ms": round(ms["ours"], 3),
+                                  "theirs_ms": round(ms["theirs"], 3),
+                                  "theirs_over_ours": round(median_ratio(times, "theirs", "ours"), 3)})
+        lines.append([name, row["ours_ms"], row["theirs_ms"], row["theirs_over_ours"]])
+    record.table(["bench", "ours ms", "ultralytics ms", "ultralytics / ours"], lines,
+                 f"batch {p.batch}, {p.queries} queries, {p.boxes} boxes, {p.classes} classes, {p.threads} threads")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("detr-loss", "RT-DETR's Hungarian matching and whole loss against ultralytics'", run, (
+    Param("batch", 8, "images", quick=2),
+    Param("queries", 300, "queries", quick=30),
+    Param("boxes", 50, "ground-truth boxes an image", quick=5),
+    Param("classes", 80, "classes", quick=10),
+    Param("layers", 6, "decoder layers of the loss", quick=2),
+    Param("rounds", 9, "alternating rounds", quick=1),
+    Param("iters", 10, "calls a round", quick=1),
+    Param("threads", 1, "torch threads (1: the thread's CPU time as the clock)"),
+    Param("which", ["match", "loss"], "what to time", choices=["match", "loss"]),
+), requires=("ultralytics", "scipy"), doc=__doc__)

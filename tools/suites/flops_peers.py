@@ -3,20 +3,24 @@
     /work/main/.venv/bin/python -m venv /tmp/flopvenv
     /tmp/flopvenv/bin/pip install -c constraints.txt torch torchvision timm fvcore thop ptflops
     /tmp/flopvenv/bin/pip install -e . --no-deps
-    /tmp/flopvenv/bin/python tools/flops_peers.py            # prints the Markdown table of docs/flops.md
+    /tmp/flopvenv/bin/python tools/bench.py flops-peers    # the Markdown table of docs/flops.md
 
-The counters are not dependencies of vision_attn, hence the throwaway environment. Every counter runs
-on the same module and a (1, 3, 224, 224) input on the CPU; all figures are GMACs (each counter's
-"FLOPs" is a multiply-accumulate; ours are reported as MACs too).
+The counters are not dependencies of vision_attn, hence the throwaway environment; a counter that is
+not installed reads "not installed". Every counter runs on the same module and a (1, 3, 224, 224)
+input on the CPU; all figures are GMACs (each counter's "FLOPs" is a multiply-accumulate; ours are
+reported as MACs too).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import logging
 import warnings
 
 import torch
+
+from tools.suites.harness import Param, Suite
 
 MODELS = {
     "timm deit_tiny_patch16_224": lambda: __import__("timm").create_model("deit_tiny_patch16_224"),
@@ -65,15 +69,21 @@ COUNTERS = {
 }
 
 
-def main() -> None:
+NEEDS = {"fvcore": "fvcore", "thop": "thop", "ptflops (pytorch)": "ptflops", "ptflops (aten)": "ptflops"}
+
+
+def run(p, record) -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    x = torch.zeros(1, 3, 224, 224)
-    print("| model (224 px, batch 1) | " + " | ".join(COUNTERS) + " |")
-    print("|" + " --- |" * (len(COUNTERS) + 1))
-    for label, build in MODELS.items():
+    x = torch.zeros(1, 3, p.img_size, p.img_size)
+    lines = []
+    for label in p.models:
+        build = MODELS[label]
         cells = []
-        for counter in COUNTERS.values():
+        for name, counter in COUNTERS.items():
+            if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
+                cells.append("not installed")
+                continue
             torch.manual_seed(0)
             model = build().eval()  # a fresh model per counter: thop and ptflops leave hooks and buffers
             with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
@@ -81,8 +91,12 @@ def main() -> None:
                     cells.append(f"{counter(model, x):.3f}")
                 except Exception as e:  # noqa: BLE001 - a counter that fails is a finding too
                     cells.append(f"fails ({type(e).__name__})")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        record.add("rows", {"model": label, **dict(zip(COUNTERS, cells))})
+        lines.append([label, *cells])
+    record.table([f"model ({p.img_size} px, batch 1)", *COUNTERS], lines)
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("flops-peers", "vision_attn's FLOP count against fvcore, thop and ptflops on the same models", run, (
+    Param("models", list(MODELS), "models", choices=list(MODELS), quick=["timm deit_tiny_patch16_224"]),
+    Param("img_size", 224, "pixels"),
+), group="check", requires=("timm",), doc=__doc__)

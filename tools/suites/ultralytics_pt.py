@@ -1,16 +1,16 @@
 """Time and memory of reading ultralytics .pt files with vision_attn's restricted reader.
 
 Writes trainer-format files with ultralytics (test-only peer: its ``BaseTrainer.save_model`` and
-``strip_optimizer``, random weights), then in a fresh subprocess each (ultralytics blocked there for our
+``strip_optimizer``, random weights), then in a fresh process each (ultralytics blocked there for our
 reader) measures: the reader's wall time (median of rounds), and resident memory (VmRSS, and its anonymous
 and file-backed parts from /proc/self/status) after imports, at the peak (VmHWM) and after the read;
 for contrast the same for ultralytics' own loader (``torch.load(weights_only=False)``, then ``.float()``).
 
-    .venv/bin/python tools/bench_ultralytics_pt.py                 # yolov8n (6 MB) and yolo11x (114 MB)
+    python tools/bench.py ultralytics-pt --models yolov8n.yaml --rounds 3
+    python tools/bench.py ultralytics-pt --models yolo11x.yaml --rounds 3
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -18,8 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tools.suites.harness import ROOT, Param, Suite
 
 CHILD = r"""
 import json, sys, time, statistics
@@ -67,29 +66,34 @@ def make_files(folder: Path, models: list[str]) -> list[Path]:
     return [save_like_trainer(m, folder / m.removesuffix(".yaml"), nc=80)[1] for m in models]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["yolov8n.yaml", "yolo11x.yaml"])
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
+def run(p, record) -> None:
+    from tools.ultralytics_env import quiet_ultralytics_environment
+
+    quiet_ultralytics_environment()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in make_files(Path(tmp), args.models):
+        for path in make_files(Path(tmp), p.models):
             mib = path.stat().st_size / 2**20
             for which in ("ours", "ultralytics"):
-                done = subprocess.run([sys.executable, "-c", CHILD, which, str(path), str(args.rounds)], env=env,
+                done = subprocess.run([sys.executable, "-c", CHILD, which, str(path), str(p.rounds)], env=env,
                                       capture_output=True, text=True)
                 if done.returncode:
-                    sys.exit(f"{which} on {path}: {done.stderr[-2000:]}")
+                    raise RuntimeError(f"{which} on {path}: {done.stderr[-2000:]}")
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 b, a = r["before"], r["after"]
-                print(json.dumps({"file": f"{path.parent.name}/{path.name}", "file_mib": round(mib, 1), "reader": which,
-                                  "first_s": round(r["first_s"], 3), "median_s": round(r["median_s"], 3),
-                                  "state_dict_mib": round(r["tensors_mib"], 1),
-                                  "peak_rss_growth_mib": round(a["VmHWM"] - b["VmRSS"], 1),
-                                  "rss_anon_growth_mib": round(a["RssAnon"] - b["RssAnon"], 1),
-                                  "rss_file_growth_mib": round(a["RssFile"] - b["RssFile"], 1)}))
+                rows.append(record.add("rows", {
+                    "file": f"{path.parent.name}/{path.name}", "file_mib": round(mib, 1), "reader": which,
+                    "first_s": round(r["first_s"], 3), "median_s": round(r["median_s"], 3),
+                    "state_dict_mib": round(r["tensors_mib"], 1),
+                    "peak_rss_growth_mib": round(a["VmHWM"] - b["VmRSS"], 1),
+                    "rss_anon_growth_mib": round(a["RssAnon"] - b["RssAnon"], 1),
+                    "rss_file_growth_mib": round(a["RssFile"] - b["RssFile"], 1)}))
+    record.table(["file", "file MiB", "reader", "first s", "median s", "state dict MiB", "peak RSS growth MiB",
+                  "anonymous growth MiB", "file-backed growth MiB"], [list(r.values()) for r in rows])
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("ultralytics-pt", "reading ultralytics .pt files: our restricted reader against torch.load", run, (
+    Param("models", ["yolov8n.yaml", "yolo11x.yaml"], "ultralytics YAMLs to write files of", quick=["yolov8n.yaml"]),
+    Param("rounds", 5, "reads a file", quick=1),
+), requires=("ultralytics",), doc=__doc__)

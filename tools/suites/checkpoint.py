@@ -5,49 +5,45 @@ time of one training step, for a shipped training config (by default the demo Vi
 The model and data come from the config; a few training steps run first (so that the optimizer has
 its state), then the checkpoint is written ``--repeats`` times to a temporary folder. Medians.
 
-    .venv/bin/python tools/bench_checkpoint.py [--configs demo_digits:cls demo_digit_boxes:det] [--repeats 7]
+    python tools/bench.py checkpoint   # medians of 7 writes after 6 training steps
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-
-import pytorch_lightning as pl  # noqa: E402
-import torch  # noqa: E402
-from pytorch_lightning.callbacks import Callback  # noqa: E402
-
-from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO  # noqa: E402
-from vision_attn.tasks.registry import get_task, parse_train_config  # noqa: E402
-from vision_attn.tasks.resume_state import ResumeState  # noqa: E402
-
-
-class _StepTimes(Callback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._t = 0.0
-
-    def on_train_batch_start(self, *args) -> None:
-        self._t = time.perf_counter()
-
-    def on_train_batch_end(self, *args) -> None:
-        self.times.append(time.perf_counter() - self._t)
+from tools.suites.harness import Param, Suite
 
 
 def measure(config: str, task_name: str, steps: int, repeats: int) -> dict:
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import Callback
+
+    from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
+    from vision_attn.tasks.registry import get_task, parse_train_config
+    from vision_attn.tasks.resume_state import ResumeState
+
+    class StepTimes(Callback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self._t = 0.0
+
+        def on_train_batch_start(self, *args) -> None:
+            self._t = time.perf_counter()
+
+        def on_train_batch_end(self, *args) -> None:
+            self.times.append(time.perf_counter() - self._t)
+
     task = get_task(task_name)
     cfg = parse_train_config(["--config", config], task)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     pl.seed_everything(0, verbose=False)
     module, datamodule = task.build(cfg, lambda line: None)
-    timer = _StepTimes()
+    timer = StepTimes()
     trainer = pl.Trainer(accelerator="cpu", max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[ResumeState(), timer], plugins=[AtomicCheckpointIO()],
@@ -69,17 +65,18 @@ def measure(config: str, task_name: str, steps: int, repeats: int) -> dict:
             "size_mb": round(size / 2**20, 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=["demo_digits:cls", "demo_digit_boxes:det"],
-                        help="shipped training configs (or files) with their task, NAME:TASK")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
-    for item in args.configs:
+def run(p, record) -> None:
+    rows = []
+    for item in p.configs:
         config, task = item.rsplit(":", 1)
-        print(json.dumps(measure(config, task, args.steps, args.repeats)), flush=True)
+        rows.append(record.add("rows", measure(config, task, p.steps, p.repeats)))
+    record.table(["config", "params", "batch", "threads", "step ms", "save ms", "save in steps", "size MiB"],
+                 [list(r.values()) for r in rows])
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("checkpoint", "the cost of writing last.ckpt against a training step", run, (
+    Param("configs", ["demo_digits:cls", "demo_digit_boxes:det"],
+          "shipped training configs (or files) with their task, NAME:TASK", quick=["demo_digits:cls"]),
+    Param("steps", 6, "training steps before the writes", quick=2),
+    Param("repeats", 7, "checkpoint writes", quick=1),
+), doc=__doc__)

@@ -8,17 +8,16 @@ faster-coco-eval backends on the same random case (``--eval-images`` images, abo
 3 ground-truth boxes each, 10 classes), alternating, ``--rounds`` rounds, medians; the two results are
 checked to agree to 1e-6.
 
-    .venv/bin/python tools/bench_det_data.py [--workers 2] [--images 512] [--eval-images 500] [--rounds 5]
+    python tools/bench.py det-data   # --workers 2 --images 512 --img-size 160 --eval-images 500 --rounds 5
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import time
 
 import numpy as np
 import torch
+
+from tools.suites.harness import Param, Suite, alternate, median, median_ratio
 
 
 def loader_speed(split: str, train: bool, workers: int, images: int, img_size: int) -> float:
@@ -64,37 +63,36 @@ def eval_speed(n_images: int, rounds: int) -> dict:
 
     gt, det = random_case(n_images)
     names, ids = [str(k) for k in range(10)], list(range(1, 11))
-    times: dict[str, list[float]] = {"pycocotools": [], "faster": []}
     results = {}
-    for _ in range(rounds):
-        for backend in times:
-            t0 = time.perf_counter()
-            results[backend] = coco_map(gt, det, names=names, category_ids=ids, backend=backend)
-            times[backend].append(time.perf_counter() - t0)
+
+    def evaluate(backend: str) -> None:
+        results[backend] = coco_map(gt, det, names=names, category_ids=ids, backend=backend)
+
+    times = alternate({b: (lambda b=b: evaluate(b)) for b in ("pycocotools", "faster")}, rounds)
     a, b = results["pycocotools"], results["faster"]
     assert abs(a.map - b.map) < 1e-6 and abs(a.map50 - b.map50) < 1e-6, (a.map, b.map)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    ratios = statistics.median(p / f for p, f in zip(times["pycocotools"], times["faster"]))
     return {"images": n_images, "detections": 20 * n_images, "map": a.map, "map50": a.map50,
-            "pycocotools_s": med["pycocotools"], "faster_s": med["faster"], "speedup": ratios}
+            "pycocotools_s": median(times["pycocotools"]), "faster_s": median(times["faster"]),
+            "speedup": median_ratio(times, "pycocotools", "faster")}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--images", type=int, default=512)
-    ap.add_argument("--img-size", type=int, default=160)
-    ap.add_argument("--eval-images", type=int, default=500)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-    out = {}
+def run(p, record) -> None:
+    out = record.results
+    lines = []
     for name, split, train in (("train", "train", True), ("val", "val", False)):
-        for w in (0, args.workers):
-            out[f"{name}_w{w}_img_s"] = round(loader_speed(split, train, w, args.images, args.img_size), 1)
-            print(json.dumps({name: {"workers": w, "images/s": out[f"{name}_w{w}_img_s"]}}), flush=True)
-    out["eval"] = eval_speed(args.eval_images, args.rounds)
-    print(json.dumps(out))
+        for w in sorted({0, p.workers}):
+            out[f"{name}_w{w}_img_s"] = round(loader_speed(split, train, w, p.images, p.img_size), 1)
+            lines.append([name, w, out[f"{name}_w{w}_img_s"]])
+    record.table(["pipeline", "workers", "images/s"], lines)
+    e = out["eval"] = eval_speed(p.eval_images, p.rounds)
+    record.line(f"coco_map of {e['images']} images, {e['detections']} detections: pycocotools {e['pycocotools_s']:.2f} s, "
+                f"faster-coco-eval {e['faster_s']:.2f} s ({e['speedup']:.2f}x); mAP {e['map']:.4f}")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("det-data", "the detection loader's images/s; COCO mAP with pycocotools against faster-coco-eval", run, (
+    Param("workers", 2, "loader processes (and 0)", quick=0),
+    Param("images", 512, "images a pass", quick=33),
+    Param("img_size", 160, "letterbox size", quick=64),
+    Param("eval_images", 500, "images of the mAP case", quick=10),
+    Param("rounds", 5, "alternating mAP rounds", quick=1),
+), doc=__doc__)

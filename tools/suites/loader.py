@@ -2,19 +2,19 @@
 
 One process, one thread (torch and OpenCV), the pipelines measured in alternating rounds over the same
 ``--images`` JPEG files (scikit-learn's sample photos cut into crops of about 500x375, quality 90, the
-files tools/bench_data.py makes; ``--side`` other than 500 resizes them so that the longer side is
+files the ``data`` suite makes; ``--side`` other than 500 resizes them so that the longer side is
 that long); each figure is the median of ``--rounds`` rounds, in images per second:
 
 - ``decode``: PIL decoding each file at full size (``Image.open`` + ``load``): what a pipeline that
-  decodes every file at full size cannot beat; ``decode+rgb``: the same plus the RGB array that
-  today's ``load_image`` made (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
+  decodes every file at full size cannot beat; ``decode+rgb``: the same plus the RGB array
+  of the whole image (``convert`` + ``np.asarray``); ``decode (opencv)``: ``cv2.imdecode``;
 - ``ours``: vision_attn's pipelines from the file (data/file_transforms.py: the crop drawn on the
   header's size, a JPEG decoded at 1/2, 1/4 or 1/8 where the crop stays at least the output size,
   uint8 to the end, OpenCV's JPEG decoder, ``data.normalize: device``: the data module's defaults,
   the uint8 image out of the workers, normalised where the batch goes (``normalize`` in
   ``device_cost``); ``ours, normalize in loader``: float32 out of the workers); ``ours (full decode)``: the same
   with ``reduce=False``; ``ours (pil)``: with PIL's JPEG decoder (``decoder="pil"``); ``before``:
-  the albumentations Compose on today's decoded array (what training ran before file_transforms);
+  the same albumentations Compose on that RGB array of the whole decoded image (no file transform);
   ``ours, augment on device``: what the workers do under ``data.augment: device`` (decode, crop,
   flip, to a uint8 tensor: the same for ``on`` and ``off``), the colour jitter, RandAugment and
   erasing left to :class:`~vision_attn.data.device_augment.DeviceAugment` on the training device,
@@ -29,29 +29,24 @@ that long); each figure is the median of ``--rounds`` rounds, in images per seco
 Then through a DataLoader (batch 32, ``--workers`` processes with one thread each, after a warm-up
 pass, alternating): ours through training's own loader, timm's through a plain DataLoader.
 
-    .venv/bin/python tools/bench_loader.py [--images 300] [--rounds 5] [--size 224] [--workers 1 2] [--json]
+    python tools/bench.py loader --images 300 --rounds 7 --workers 1 2 --passes 3
+    python tools/bench.py loader --side 1000 --workers 2 --rounds 5   # the same photos at 1000x750
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+import cv2
+import numpy as np
+import torch
+from PIL import Image
 
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import make_photos  # noqa: E402
+from tools.suites.data import make_photos
+from tools.suites.harness import Param, Suite
 
 
 def _one_thread() -> None:
@@ -60,7 +55,7 @@ def _one_thread() -> None:
 
 
 def _old_load(path: str) -> np.ndarray:
-    """Today's load_image before data/decode.py (a convert copy and an array copy)."""
+    """The whole image as an RGB array (a convert copy and an array copy): the "before" pipelines' input."""
     with Image.open(path) as img:
         img.load()
         return np.asarray(img.convert("RGB"))
@@ -215,13 +210,13 @@ def loader_rates(paths: list[str], size: int, workers: int, passes: int) -> dict
 
     def ours_loader(transform):
         return make_loader(ImageFolder(samples, ["0"], transform), 32, train=transform is not ours["eval"],
-                           num_workers=workers, persistent_workers=True, pin_memory=False, drop_last=False, seed=0)
+                           num_workers=workers, persistent_workers=workers > 0, pin_memory=False, drop_last=False, seed=0)
 
     for name in ("train on", "train off", "eval"):
         loaders[f"{name}: ours"] = ours_loader(ours[name])
         loaders[f"{name}: timm"] = torch.utils.data.DataLoader(
-            _Files(paths, fns[f"{name}: timm"]), batch_size=32, num_workers=workers, persistent_workers=True,
-            worker_init_fn=lambda _: _one_thread(), prefetch_factor=4)
+            _Files(paths, fns[f"{name}: timm"]), batch_size=32, num_workers=workers, persistent_workers=workers > 0,
+            worker_init_fn=lambda _: _one_thread(), prefetch_factor=4 if workers else None)
     loaders["train: ours, augment on device"] = ours_loader(ours["augment on device"])
     names = list(loaders)
     rates: dict[str, list[float]] = {n: [] for n in names}
@@ -236,45 +231,40 @@ def loader_rates(paths: list[str], size: int, workers: int, passes: int) -> dict
     return {n: round(statistics.median(v), 1) for n, v in rates.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--side", type=int, default=500, help="longer side of the files (500: ImageNet-like)")
-    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
-    parser.add_argument("--passes", type=int, default=3, help="timed DataLoader passes per pipeline")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def run(p, record) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        samples = make_photos(Path(tmp), args.images)
-        paths = [p for p, _ in samples]
-        if args.side != 500:
-            for p in paths:
-                img = Image.open(p)
-                img.resize((args.side, round(img.size[1] * args.side / img.size[0])), Image.BICUBIC).save(p, quality=90)
+        samples = make_photos(Path(tmp), p.images)
+        paths = [path for path, _ in samples]
+        if p.side != 500:
+            for path in paths:
+                img = Image.open(path)
+                img.resize((p.side, round(img.size[1] * p.side / img.size[0])), Image.BICUBIC).save(path, quality=90)
         with Image.open(paths[0]) as img:
             file_size = img.size
-        result = {"size": args.size, "images": args.images, "file_size": list(file_size),
-                  "per_core": per_core(paths, args.size, args.rounds),
-                  "device_augment_on_this_cpu": device_cost(args.size, args.rounds),
-                  "loader": {str(w): loader_rates(paths, args.size, w, args.passes) for w in args.workers},
-                  "cpus": os.cpu_count(), "torch": torch.__version__}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
+        result = record.results
+        result.update({"size": p.size, "images": p.images, "file_size": list(file_size),
+                       "per_core": per_core(paths, p.size, p.rounds),
+                       "device_augment_on_this_cpu": device_cost(p.size, p.rounds),
+                       "loader": {str(w): loader_rates(paths, p.size, w, p.passes) for w in p.workers}})
     rates = result["per_core"]["rates"]
-    print(f"{args.images} JPEGs of {file_size[0]}x{file_size[1]} (q90) at {args.size} px, one thread, "
-          f"median of {args.rounds} alternating rounds (images/s; ratios: medians of the per-round ratios):")
-    for name, r in rates.items():
-        vs_timm = f"{r['x_timm']:4.2f}x timm" if "x_timm" in r else " " * 10
-        print(f"  {name:36s} {r['images_per_s']:8.1f}  {vs_timm}  {r['x_decode']:4.2f}x decode-only")
-    print(f"  decode factors (ours): {result['per_core']['decode_factors']}")
-    print("  DeviceAugment on this CPU, one thread, batch 32 (images/s; on a GPU it runs beside the model): "
-          + ", ".join(f"{k} {v}" for k, v in result["device_augment_on_this_cpu"].items()))
+    record.table(["pipeline", "images/s", "vs timm", "vs decode only"],
+                 [[name, f"{r['images_per_s']:.1f}", f"{r['x_timm']:.2f}x" if "x_timm" in r else "",
+                   f"{r['x_decode']:.2f}x"] for name, r in rates.items()],
+                 f"{p.images} JPEGs of {file_size[0]}x{file_size[1]} (q90) at {p.size} px, one thread, median of "
+                 f"{p.rounds} alternating rounds (images/s; ratios: medians of the per-round ratios)")
+    record.line(f"decode factors (ours): {result['per_core']['decode_factors']}")
+    record.line("DeviceAugment on this CPU, one thread, batch 32 (images/s; on a GPU it runs beside the model): "
+                + ", ".join(f"{k} {v}" for k, v in result["device_augment_on_this_cpu"].items()))
     for w, r in result["loader"].items():
-        print(f"DataLoader, {w} worker(s), batch 32: " + ", ".join(f"{k} {v}" for k, v in r.items()))
+        record.line(f"DataLoader, {w} worker(s), batch 32: " + ", ".join(f"{k} {v}" for k, v in r.items()))
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("loader", "the classification pipelines from the file, per core and through a DataLoader, against timm's",
+              run, (
+                  Param("images", 300, "JPEG files", quick=8),
+                  Param("rounds", 5, "alternating rounds", quick=1),
+                  Param("size", 224, "output pixels", quick=64),
+                  Param("side", 500, "longer side of the files (500: ImageNet-like)"),
+                  Param("workers", [1, 2], "DataLoader processes (each a measurement)", quick=[0]),
+                  Param("passes", 3, "timed DataLoader passes per pipeline", quick=1),
+              ), requires=("timm", "sklearn"), doc=__doc__)

@@ -8,20 +8,16 @@ drop at any time) every 2 ms while the model is built and loaded; the figures ar
 the level before the call, against the file's size. One full copy of the weights is the model's
 own parameters; a loader that read the file into memory first holds two.
 
-    .venv/bin/python tools/bench_load_memory.py [--folder /tmp/hf-vit-b]   # needs transformers (test extra)
+    python tools/bench.py load-memory   # writes /tmp/hf-vit-b{,-bin} once (needs transformers)
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 
-os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+from tools.suites.harness import Param, Suite, in_fresh_process
 
 
 def _status() -> dict[str, float]:
@@ -34,8 +30,8 @@ def _status() -> dict[str, float]:
     return fields
 
 
-def _measure(source: str) -> None:
-    """In the child: load ``source`` while sampling; print one JSON line."""
+def measure(source: str) -> dict:
+    """In a fresh process: load ``source`` while sampling."""
     import torch
 
     import vision_attn
@@ -59,42 +55,43 @@ def _measure(source: str) -> None:
     done.set()
     thread.join()
     params = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-    print(json.dumps({"source": source, "seconds": round(seconds, 2), "params_mib": round(params, 1),
-                      "anon_peak_mib": round(peaks["RssAnon"] - before["RssAnon"], 1),
-                      "file_peak_mib": round(peaks["RssFile"] - before["RssFile"], 1)}))
+    return {"source": source, "seconds": round(seconds, 2), "params_mib": round(params, 1),
+            "anon_peak_mib": round(peaks["RssAnon"] - before["RssAnon"], 1),
+            "file_peak_mib": round(peaks["RssFile"] - before["RssFile"], 1)}
 
 
-def _write_folders(folder: str) -> None:
+def _write_folders(folder: str, small: bool) -> None:
     import torch
     import transformers
 
     if os.path.isfile(os.path.join(folder + "-bin", "pytorch_model.bin")):
         return
     torch.manual_seed(0)
-    model = transformers.ViTForImageClassification(transformers.ViTConfig(num_labels=1000))
+    config = transformers.ViTConfig(num_labels=1000, **({"hidden_size": 64, "num_hidden_layers": 2,
+                                                         "num_attention_heads": 2, "intermediate_size": 128,
+                                                         "image_size": 32} if small else {}))
+    model = transformers.ViTForImageClassification(config)
     model.save_pretrained(folder)
     os.makedirs(folder + "-bin", exist_ok=True)  # the same weights as transformers 4.x's pytorch_model.bin
     shutil.copy(os.path.join(folder, "config.json"), folder + "-bin")
     torch.save(model.state_dict(), os.path.join(folder + "-bin", "pytorch_model.bin"))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", default="/tmp/hf-vit-b")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        _measure(args.child)
-        return
-    _write_folders(args.folder)
-    for source in (args.folder, args.folder + "-bin"):
+def run(p, record) -> None:
+    _write_folders(p.folder, p.small)
+    rows = []
+    for source in (p.folder, p.folder + "-bin"):
         weights = next(os.path.join(source, n) for n in ("model.safetensors", "pytorch_model.bin")
                        if os.path.exists(os.path.join(source, n)))
-        out = subprocess.run([sys.executable, __file__, "--child", source], capture_output=True, text=True, check=True)
-        row = json.loads(out.stdout.strip().splitlines()[-1])
+        row = in_fresh_process(measure, source)
         row["file_mib"] = round(os.path.getsize(weights) / 2**20, 1)
-        print(json.dumps(row))
+        rows.append(record.add("rows", row))
+    record.table(["source", "seconds", "params MiB", "anonymous peak MiB", "file-backed peak MiB", "file MiB"],
+                 [list(r.values()) for r in rows])
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("load-memory", "resident memory while loading a ViT-B/16 transformers folder (safetensors and .bin)", run, (
+    Param("folder", "/tmp/hf-vit-b", "where the folders are written once (FOLDER and FOLDER-bin)",
+          quick="/tmp/hf-vit-tiny-bench"),
+    Param("small", False, "a 2-layer ViT of width 64 instead of ViT-B/16 (to check the suite)", quick=True),
+), requires=("transformers",), doc=__doc__)

@@ -3,9 +3,8 @@ process, N runs, the median and the minimum wall time and the median CPU time (u
 the child process, from ``getrusage(RUSAGE_CHILDREN)``: on a shared machine far less sensitive to other
 load than wall time), printed as a Markdown table.
 
-    python tools/bench_startup.py                    # the installed entry point beside this python
-    python tools/bench_startup.py -n 7
-    PYTHONPATH=/other/checkout python tools/bench_startup.py --module   # `python -m vision_attn` instead
+    python tools/bench.py startup --runs 5              # the installed entry point beside this python
+    PYTHONPATH=/other/checkout python tools/bench.py startup --module   # `python -m vision_attn` instead
 
 ``python -c "import torch"`` is the floor that the commands needing torch are measured against, and
 ``python -c "import torch._dynamo"`` what a command would cost that let torch import its compiler
@@ -17,7 +16,6 @@ by ``torch._compile``), and torchvision imports it too; the counting commands av
 """
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
@@ -25,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tools.suites.harness import Param, Suite
 
 COMMANDS: list[tuple[str, list[str]]] = [
     ("--help", ["--help"]),
@@ -64,27 +64,29 @@ def time_runs(argv: list[str], n: int, env: dict[str, str]) -> tuple[list[float]
     return wall, cpu
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=7, help="runs per command (default 7)")
-    parser.add_argument("--module", action="store_true", help="run `python -m vision_attn` (honours PYTHONPATH)")
-    args = parser.parse_args()
+def run(p, record) -> None:
     env = dict(os.environ, COLUMNS="200")
     where = subprocess.run([sys.executable, "-c", "import vision_attn; print(vision_attn.__file__)"],
                            capture_output=True, text=True, env=env, check=True).stdout.strip()
-    print(f"vision_attn from {where}; python {sys.executable}; {args.n} runs each, {os.cpu_count()} CPUs\n")
-    rows = [(f"python -c \"import {m}\"", time_runs([sys.executable, "-c", f"import {m}"], args.n, env))
-            for m in ("torch", "torch._dynamo")]
-    base = entry_point(args.module)
-    label = "python -m vision_attn" if args.module else "vision-attn"
-    for name, argv in COMMANDS:
-        rows.append((f"{label} {name}", time_runs(base + argv, args.n, env)))
-    print("| command | median s | min s | median CPU s |")
-    print("|---|---:|---:|---:|")
+    record.results["vision_attn"] = where
+    record.line(f"vision_attn from {where}; python {sys.executable}; {p.runs} runs each, {os.cpu_count()} CPUs\n")
+    rows = [(f"python -c \"import {m}\"", time_runs([sys.executable, "-c", f"import {m}"], p.runs, env))
+            for m in p.floors]
+    base = entry_point(p.module)
+    label = "python -m vision_attn" if p.module else "vision-attn"
+    for name, argv in COMMANDS[:p.commands]:
+        rows.append((f"{label} {name}", time_runs(base + argv, p.runs, env)))
     for name, (wall, cpu) in rows:
-        print(f"| `{name}` | {statistics.median(wall):.2f} | {min(wall):.2f} | {statistics.median(cpu):.2f} |")
-    return 0
+        record.add("rows", {"command": name, "median_s": statistics.median(wall), "min_s": min(wall),
+                            "median_cpu_s": statistics.median(cpu)})
+    record.table(["command", "median s", "min s", "median CPU s"],
+                 [[f"`{name}`", f"{statistics.median(wall):.2f}", f"{min(wall):.2f}", f"{statistics.median(cpu):.2f}"]
+                  for name, (wall, cpu) in rows])
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+SUITE = Suite("startup", "start-up time of the vision-attn command, each command in a fresh process", run, (
+    Param("runs", 7, "runs per command", quick=1),
+    Param("module", False, "run `python -m vision_attn` (honours PYTHONPATH)"),
+    Param("floors", ["torch", "torch._dynamo"], "modules whose bare import is timed as a floor", quick=["torch"]),
+    Param("commands", len(COMMANDS), "how many of the commands to time", quick=1),
+), doc=__doc__)

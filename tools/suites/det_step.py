@@ -1,5 +1,5 @@
-"""Benchmark-only: one detection training step of ours against ultralytics' on the same batch, in one
-process, alternating.
+"""One detection training step of ours against ultralytics' on the same batch, in one process,
+alternating (ultralytics: a test-only peer).
 
 For each ``--models`` name (``yolo26n``, ``yolo12n``, ...) it builds our detector from
 ``configs/models/<family>.yaml`` and ultralytics' from its own ``<name>.yaml`` (both from scratch, 10
@@ -9,23 +9,18 @@ classes), and times a full step on one batch of ``--batch`` demo:digit-boxes tra
 ``v8DetectionLoss`` or ``E2ELoss``), backward, AdamW. ``--rounds`` rounds of ``--iters`` steps each,
 the order swapped every round. With ``--threads 1`` the clock is the thread's CPU time
 (``time.thread_time``), which other processes on a busy machine cannot inflate; otherwise wall time.
-Prints one JSON line per model: the median over rounds of ours/theirs steps per second.
+One row per model: the median over rounds of ours/theirs images per second.
 
-    .venv/bin/python tools/bench_det_step.py --models yolo26n yolo12n --rounds 7 --threads 1
+    python tools/bench.py det-step --models yolo26n yolo12n --rounds 5 --iters 1 --threads 1
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import statistics
-import time
-from pathlib import Path
 
 import torch
-from ultralytics_env import quiet_ultralytics_environment  # tools/, the script's folder
 
-ROOT = Path(__file__).resolve().parents[1]
+from tools.suites.harness import CLOCKS, ROOT, Param, Suite, alternate, median, median_ratio
+from tools.ultralytics_env import quiet_ultralytics_environment
 
 
 def _batch(img_size: int, batch: int) -> dict:
@@ -82,37 +77,37 @@ def _theirs(name: str, batch: dict, img_size: int):
     return model, step
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["yolo26n", "yolo12n"])
-    ap.add_argument("--img-size", type=int, default=160)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--iters", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    from vision_attn.analysis.benchmark import alternate, median_ratio
-
-    batch = _batch(args.img_size, args.batch)
-    for name in args.models:
+def run(p, record) -> None:
+    quiet_ultralytics_environment()
+    batch = _batch(p.img_size, p.batch)
+    lines = []
+    for name in p.models:
         torch.manual_seed(0)
         ours, ours_step = _ours(name, batch)
-        theirs, theirs_step = _theirs(name, batch, args.img_size)
-        torch.set_num_threads(args.threads)  # after ultralytics' import, which changes it
-        clock = time.thread_time if args.threads == 1 else time.perf_counter
-        for fn in (ours_step, theirs_step):  # warm-up
-            fn()
-        rows = alternate({"ours": ours_step, "ultralytics": theirs_step}, rounds=args.rounds, iters=args.iters,
-                         items=args.batch, clock=clock)
-        print(json.dumps({
-            "model": name, "img_size": args.img_size, "batch": args.batch, "threads": args.threads,
-            "clock": clock.__name__, "rounds": args.rounds, "iters": args.iters,
-            "params_ours": sum(p.numel() for p in ours.parameters()),
-            "params_ultralytics": sum(p.numel() for p in theirs.parameters()),
-            "ours_img_s": round(statistics.median(r["ours"] for r in rows), 2),
-            "ultralytics_img_s": round(statistics.median(r["ultralytics"] for r in rows), 2),
-            "speed_ratio_ours_over_ultralytics": round(median_ratio(rows, "ours", "ultralytics"), 3)}), flush=True)
+        theirs, theirs_step = _theirs(name, batch, p.img_size)
+        torch.set_num_threads(p.threads)  # after ultralytics' import, which changes it
+        clock = CLOCKS["thread" if p.threads == 1 else "wall"]
+        times = alternate({"ours": ours_step, "ultralytics": theirs_step}, p.rounds, iters=p.iters, clock=clock,
+                          warmup_calls=1)
+        row = record.add("rows", {
+            "model": name, "img_size": p.img_size, "batch": p.batch, "threads": p.threads,
+            "clock": clock.__name__, "rounds": p.rounds, "iters": p.iters,
+            "params_ours": sum(q.numel() for q in ours.parameters()),
+            "params_ultralytics": sum(q.numel() for q in theirs.parameters()),
+            "ours_img_s": round(p.batch / median(times["ours"]), 2),
+            "ultralytics_img_s": round(p.batch / median(times["ultralytics"]), 2),
+            "speed_ratio_ours_over_ultralytics": round(median_ratio(times, "ultralytics", "ours"), 3)})
+        lines.append([name, f"{row['params_ours']:,}", f"{row['params_ultralytics']:,}", row["ours_img_s"],
+                      row["ultralytics_img_s"], row["speed_ratio_ours_over_ultralytics"]])
+    record.table(["model", "params ours", "params ultralytics", "ours img/s", "ultralytics img/s",
+                  "ours / ultralytics speed"], lines)
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("det-step", "a detection training step against ultralytics' on the same batch", run, (
+    Param("models", ["yolo26n", "yolo12n"], "detector names with their scale letter", quick=["yolov8n"]),
+    Param("img_size", 160, "pixels", quick=64),
+    Param("batch", 32, "images a step", quick=2),
+    Param("rounds", 7, "alternating rounds", quick=1),
+    Param("iters", 2, "steps a round", quick=1),
+    Param("threads", 1, "torch threads (1: the thread's CPU time as the clock)"),
+), requires=("ultralytics",), doc=__doc__)

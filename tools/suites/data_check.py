@@ -6,25 +6,24 @@ label scan of the same YOLO set (``verify_image_label`` over a thread pool of th
 ``YOLODataset`` runs before training when no label cache exists), which checks image headers
 (``PIL.Image.verify``, and a JPEG's end marker) without decoding.
 
-    .venv/bin/python tools/bench_data_check.py [--images 10000] [--size 64] [--vs ultralytics]
+    python tools/bench.py data-check --vs ultralytics   # --images 10000 --size 64
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 from multiprocessing.pool import ThreadPool
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from vision_attn.data import check_data
+from tools.suites.harness import Param, Suite
 
 
 def _write(root: Path, n: int, size: int) -> tuple[Path, Path]:
+    from PIL import Image
+
     rng = np.random.default_rng(0)
     base = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
     cls_root, yolo = root / "folder", root / "yolo"
@@ -48,8 +47,7 @@ def _write(root: Path, n: int, size: int) -> tuple[Path, Path]:
 
 def _ultralytics_scan(data_yaml: Path) -> tuple[int, int, float]:
     """(images, corrupt, seconds) of ultralytics' verify_image_label over train and val."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ultralytics_env import quiet_ultralytics_environment
+    from tools.ultralytics_env import quiet_ultralytics_environment
 
     quiet_ultralytics_environment()
     from ultralytics.data.utils import verify_image_label
@@ -63,27 +61,30 @@ def _ultralytics_scan(data_yaml: Path) -> tuple[int, int, float]:
     return len(jobs), sum(r[0] is None for r in results), time.perf_counter() - start
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=10_000)
-    ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--vs", choices=["ultralytics"], default=None, help="also time the peer's label scan")
-    args = ap.parse_args()
+def run(p, record) -> None:
+    from vision_attn.data import check_data
+
     with tempfile.TemporaryDirectory() as tmp:
-        folder, data_yaml = _write(Path(tmp), args.images, args.size)
-        print(f"{args.images} JPEGs of {args.size}x{args.size}, {os.cpu_count()} CPUs")
+        folder, data_yaml = _write(Path(tmp), p.images, p.size)
+        record.line(f"{p.images} JPEGs of {p.size}x{p.size}, {os.cpu_count()} CPUs")
         for name, source in (("class folder", folder), ("YOLO set (train + val)", data_yaml)):
             start = time.perf_counter()
             report = check_data(source)
             seconds = time.perf_counter() - start
             n = sum(report.splits.values())
-            print(f"{name}: {n} images checked in {seconds:.1f} s ({n / seconds:.0f} images/s), "
-                  f"{len(report.faults.problems)} problems")
-        if args.vs == "ultralytics":
+            record.add("checks", {"source": name, "images": n, "seconds": seconds,
+                                  "problems": len(report.faults.problems)})
+            record.line(f"{name}: {n} images checked in {seconds:.1f} s ({n / seconds:.0f} images/s), "
+                        f"{len(report.faults.problems)} problems")
+        if p.vs == "ultralytics":
             n, bad, seconds = _ultralytics_scan(data_yaml)
-            print(f"ultralytics verify_image_label, same YOLO set (headers only): {n} images in {seconds:.1f} s "
-                  f"({n / seconds:.0f} images/s), {bad} corrupt")
+            record.results["ultralytics"] = {"images": n, "corrupt": bad, "seconds": seconds}
+            record.line(f"ultralytics verify_image_label, same YOLO set (headers only): {n} images in {seconds:.1f} s "
+                        f"({n / seconds:.0f} images/s), {bad} corrupt")
 
 
-if __name__ == "__main__":
-    main()
+SUITE = Suite("data-check", "`vision-attn data check` on 10,000 small JPEGs (class folder and YOLO set)", run, (
+    Param("images", 10_000, "JPEG files", quick=20),
+    Param("size", 64, "pixels a side", quick=16),
+    Param("vs", "", "also time the peer's label scan", choices=["", "ultralytics"]),
+), doc=__doc__)
