@@ -47,19 +47,24 @@ def function_variants(batch: int, levels: list[tuple[int, int]], train: bool) ->
             return torch.autograd.grad(out, (value, loc, attn), torch.ones_like(out))
         return step
 
-    return {"ours": run(multi_scale_deformable_attn, False),
+    from vision_attn.kernels import deformable_sample
+
+    ours = lambda *a: multi_scale_deformable_attn(*a, deformable_sample)  # noqa: E731 (the fast path's sampling)
+    return {"ours": run(ours, False),
             "ultralytics": run(multi_scale_deformable_attn_pytorch, True)}
 
 
 def module_variants(batch: int, levels: list[tuple[int, int]], train: bool) -> dict[str, Callable[[], object]]:
     from ultralytics.nn.modules.transformer import MSDeformAttn
 
+    from vision_attn.kernels import accelerate
     from vision_attn.layers import MultiScaleDeformableAttention
 
     torch.manual_seed(0)
     peer = MSDeformAttn(D_MODEL, len(levels), HEADS, POINTS)
     ours = MultiScaleDeformableAttention(D_MODEL, len(levels), HEADS, POINTS)
     ours.load_state_dict(peer.state_dict())
+    accelerate(ours)  # the CPU fast paths, as training runs it
     gen = torch.Generator().manual_seed(0)
     tokens = sum(h * w for h, w in levels)
     query = torch.randn(batch, QUERIES, D_MODEL, generator=gen)

@@ -32,14 +32,16 @@ from tools.suites.harness import CLOCKS, Param, Suite, alternate, in_fresh_proce
 
 def build(which: str, name: str, weights: str) -> torch.nn.Module:
     """Build ``which`` ('ours' or 'timm') and load the weights in ``weights`` (timm's layout).
-    timm's Swin keeps index and mask buffers that a meta-device build would leave empty: built on the CPU."""
+    timm's Swin keeps index and mask buffers that a meta-device build would leave empty: built on the CPU.
+    Ours on the CPU fast paths (:func:`vision_attn.kernels.accelerate`)."""
     import timm
 
     import vision_attn
+    from vision_attn.kernels import accelerate
 
     model = vision_attn.create_model(name) if which == "ours" else timm.create_model(name)
     model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    return model
+    return accelerate(model) if which == "ours" else model
 
 
 class Steps:

@@ -24,18 +24,20 @@ from tools.suites.harness import Param, Suite, alternate, in_fresh_process, log
 
 
 def build(which: str, name: str, weights: str | None, img_size: int = 224) -> torch.nn.Module:
-    """Build ``which`` ('ours' or 'timm') at ``img_size`` on the meta device and assign weights from ``weights``."""
+    """Build ``which`` ('ours' or 'timm') at ``img_size`` on the meta device and assign weights from
+    ``weights``; ours on the CPU fast paths (:func:`vision_attn.kernels.accelerate`)."""
     import timm
 
     import vision_attn
+    from vision_attn.kernels import accelerate
 
     with torch.device("meta"):
         model = (vision_attn.create_model if which == "ours" else timm.create_model)(name, img_size=img_size)
     if weights is None:
-        return model.to_empty(device="cpu").eval()
-    state = torch.load(weights, map_location="cpu", weights_only=True)
-    model.load_state_dict(state, assign=True)
-    return model.eval()
+        model = model.to_empty(device="cpu")
+    else:
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True), assign=True)
+    return (accelerate(model) if which == "ours" else model).eval()
 
 
 def measure_memory(which: str, name: str, weights: str, batch: int, img: int) -> float:

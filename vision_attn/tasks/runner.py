@@ -239,7 +239,7 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
     accelerate(module)  # the CPU fast paths; the plan decides at each call which kernels run
-    new_measured = cfg.kernels is None and plan.name == "measured" and not (recorded is not None and recorded.is_file())
+    new_measured = plan.name == "measured" and not (recorded is not None and recorded.is_file())
     if new_measured and trainer.world_size == 1 and trainer.strategy.root_device.type == "cpu":
         with torch.random.fork_rng():  # the architecture, timed on a copy; the run's random stream untouched
             network, _ = task.shadow(module, cfg)
