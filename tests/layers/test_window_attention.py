@@ -22,6 +22,7 @@ from vision_attn.layers import (
     window_reverse,
 )
 from vision_attn.kernels import accelerate, packed_sdpa
+from vision_attn.kernels.gather import gather_tokens as fast_gather_tokens
 
 
 @pytest.mark.parametrize("window", [(7, 7), (4, 3)])
@@ -87,11 +88,12 @@ def test_window_index_is_roll_pad_partition(size, shift, roll_before_pad):
     torch.testing.assert_close(windows.transpose(1, 2).reshape(-1, 49, 4), expected, rtol=0, atol=0)
 
 
-def test_gather_tokens_gradient_is_the_inverse_gather():
+@pytest.mark.parametrize("gather", [gather_tokens, fast_gather_tokens], ids=["plain", "fast"])
+def test_gather_tokens_gradient_is_the_inverse_gather(gather):
     index = torch.randperm(30)
     x = torch.randn(2, 30, 3, requires_grad=True)
     g = torch.randn(2, 30, 3)
-    gather_tokens(x, index, torch.argsort(index)).backward(g)
+    gather(x, index, torch.argsort(index)).backward(g)
     expected, = torch.autograd.grad(x.index_select(1, index), x, g)
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
 

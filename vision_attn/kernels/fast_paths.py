@@ -9,7 +9,7 @@ place, as ``torch.ao`` swaps modules, with its parameters, buffers and state-dic
 - every layer that declares ``sdpa = staticmethod(F.scaled_dot_product_attention)`` calls
   :func:`~vision_attn.kernels.attention.sdpa` instead (the plan's fused or explicit kernel), and
   deformable attention's ``sample`` becomes :func:`~vision_attn.kernels.deformable.deformable_sample`
-  (:data:`SEAMS`);
+  and a Swin block's ``gather`` :func:`~vision_attn.kernels.gather.gather_tokens` (:data:`SEAMS`);
 - a feed-forward network's first linear layer and its GELU run as one kernel (:class:`FastMlp`,
   :class:`FastAIFI`);
 - window attention takes its q/k/v rows by head from a packed weight and attends through
@@ -34,12 +34,14 @@ from torch import nn
 from vision_attn.kernels.attention import packed_sdpa, sdpa
 from vision_attn.kernels.capture import tracing
 from vision_attn.kernels.deformable import deformable_sample
+from vision_attn.kernels.gather import gather_tokens
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention
 from vision_attn.layers.deformable_attention import sample_standard
 from vision_attn.layers.mlp import Mlp
 from vision_attn.layers.tables import Tables
 from vision_attn.layers.window_attention import WindowAttention
+from vision_attn.layers.window_attention import gather_tokens as plain_gather_tokens
 from vision_attn.models.yolo.rtdetr import AIFI
 
 __all__ = ["accelerate", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
@@ -140,6 +142,7 @@ class FastCosineWindowAttention(FastWindowAttention, CosineWindowAttention):
 SEAMS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = {
     "sdpa": (F.scaled_dot_product_attention, sdpa),
     "sample": (sample_standard, deformable_sample),
+    "gather": (plain_gather_tokens, gather_tokens),
 }
 """A layer's function attribute (a ``staticmethod``) -> (its plain function, the fast path that replaces it)."""
 

@@ -104,16 +104,16 @@ def to_windows(block: SwinBlock, x: torch.Tensor
     if Hp != H or Wp != W:
         x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))  # (B, Hp, Wp, C)
     n = window[0] * window[1]
-    x = gather_tokens(x.reshape(B, Hp * Wp, C), index, inverse)  # (B, Hp*Wp, C) in window order
+    x = block.gather(x.reshape(B, Hp * Wp, C), index, inverse)  # (B, Hp*Wp, C) in window order
     return (x.view(B, n, -1, C) if token_major else x.view(-1, n, 1, C)), mask, index, inverse
 
 
-def from_windows(windows: torch.Tensor, x: torch.Tensor, window: Pair, index: torch.Tensor,
+def from_windows(block: SwinBlock, windows: torch.Tensor, x: torch.Tensor, index: torch.Tensor,
                  inverse: torch.Tensor) -> torch.Tensor:
     """Windows of :func:`to_windows` -> the map (B, H, W, C) of ``x``'s size: gathered back, cropped."""
     B, H, W, C = x.shape
-    Hp, Wp = _padded(H, W, window)
-    y = gather_tokens(windows.reshape(B, Hp * Wp, C), inverse, index).view(B, Hp, Wp, C)
+    Hp, Wp = _padded(H, W, block.window_size)
+    y = block.gather(windows.reshape(B, Hp * Wp, C), inverse, index).view(B, Hp, Wp, C)
     return y[:, :H, :W] if Hp != H or Wp != W else y
 
 
@@ -121,7 +121,7 @@ def attend_windows(block: SwinBlock, x: torch.Tensor) -> torch.Tensor:
     """Pad ``x`` (B, H, W, C) to a window multiple, roll it by -shift, run ``block.attn`` within the
     windows, undo both: (B, H, W, C)."""
     windows, mask, index, inverse = to_windows(block, x)
-    return from_windows(block.attn(windows, mask), x, block.window_size, index, inverse)
+    return from_windows(block, block.attn(windows, mask), x, index, inverse)
 
 
 # torch.fx symbolic tracing (torchvision's create_feature_extractor): one leaf node, which takes the
@@ -136,8 +136,11 @@ class SwinBlock(nn.Module):
     fix window and shift (None: take them as given). ``windows``: the cache of gather orders and
     region masks, shared by the blocks of a stage. ``attn_layer``: the window attention, called as
     ``attn_layer(dim, num_heads, window, qkv_bias=, attn_drop=, proj_drop=)``. Keys ``norm1``, ``attn``,
-    ``norm2``, ``mlp`` (timm's layout).
+    ``norm2``, ``mlp`` (timm's layout). ``gather``: the tokens' reordering into windows and back
+    (:func:`~vision_attn.layers.window_attention.gather_tokens`' signature).
     """
+
+    gather = staticmethod(gather_tokens)
 
     def __init__(
         self,
