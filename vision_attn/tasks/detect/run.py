@@ -33,6 +33,7 @@ from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_o
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
 from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
 from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
            "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList"]
@@ -268,3 +269,44 @@ def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, 
         return draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
 
     return predict_stream(reader, output, infer=infer, draw=draw, record=lambda d: {"detections": _items(d, det.classes)})
+
+
+def detection_calls(evaluate_fn: Callable[..., dict[str, Any]], predict_fn: Callable[..., list[dict[str, Any]]],
+                    video_fn: Callable[..., StreamResult]) -> dict[str, Callable[..., Any]]:
+    """The Task record's ``evaluate``, ``predict`` and ``predict_video`` (by field name) over a detection-like task's
+    functions (``evaluate_detector``, ``predict_detections``, ``predict_detection_video`` or the
+    segmentation task's): the command's :class:`Options` passed as their keywords."""
+
+    def evaluate(checkpoint: str | os.PathLike, data: str | os.PathLike, options: Options,
+                 runtime: Runtime | None) -> dict[str, Any]:
+        return evaluate_fn(checkpoint, data, batch_size=options.batch_size or 32, num_workers=options.num_workers,
+                           runtime=runtime)
+
+    def predict(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], options: Options,
+                runtime: Runtime | None) -> list[dict[str, Any]]:
+        return predict_fn(checkpoint, images, output=options.output, conf=options.conf, iou=options.iou,
+                          batch_size=options.batch_size or 32, runtime=runtime)
+
+    def predict_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike,
+                      options: Options, runtime: Runtime | None) -> StreamResult:
+        return video_fn(checkpoint, reader, output, conf=options.conf, iou=options.iou, runtime=runtime)
+
+    return {"evaluate": evaluate, "predict": predict, "predict_video": predict_video}
+
+
+def fmt_ap(v: float | None) -> str:
+    """An AP as the tables print it (``n/a`` for None or NaN)."""
+    return "n/a" if v is None or v != v else f"{v:.3f}"
+
+
+def eval_listing(report: dict[str, Any]) -> Listing:
+    """The per-class AP table of an :func:`evaluate_detector` report, and its mAP line."""
+    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", "boxes", "AP@[.5:.95]", "AP@.5"), rows,
+                   f"mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+
+
+def detections_cell(r: dict[str, Any]) -> str:
+    """One image's detections in a table cell: ``class score, ...`` (``-`` for none)."""
+    return ", ".join(f"{d['class']} {d['score']:.2f}" for d in r["detections"]) or "-"

@@ -35,10 +35,11 @@ from vision_attn.models.yolo.masks import instance_masks, masks_to_original
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
-from vision_attn.tasks.detect.run import FrameList, ImageList, load_detector_run, predictor
+from vision_attn.tasks.detect.run import FrameList, ImageList, fmt_ap, load_detector_run, predictor
 from vision_attn.tasks.runs import Run, Runtime, read_run_checkpoint, task_of
 from vision_attn.tasks.segment.plots import draw_segments, save_image
 from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_segmenter_run", "load_segmenter", "segments_of_batch", "evaluate_segmenter", "predict_segments",
            "predict_segment_video"]
@@ -197,3 +198,17 @@ def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
 
     return predict_stream(reader, output, infer=infer, draw=draw,
                           record=lambda d: {"detections": _items(d, seg.classes)})
+
+
+def eval_listing(report: dict[str, Any]) -> Listing:
+    """The per-class box and mask AP table of an :func:`evaluate_segmenter` report, and its mAP line."""
+    rows = []
+    for name, row in report["per_class"].items():
+        mask = report["per_class_mask"][name]
+        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(mask["ap"]),
+                     fmt_ap(mask["ap50"])))
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "mask AP@[.5:.95]", "mask AP@.5"), rows,
+                   f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; mask mAP@[.5:.95] "
+                   f"{report['mask_map']:.4f}, mAP@.5 {report['mask_map50']:.4f}")
+
