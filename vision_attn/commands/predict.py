@@ -27,10 +27,11 @@ def _task(args: argparse.Namespace, what: str) -> Any:
     return task
 
 
-def _options(args: argparse.Namespace, batch_size: int | None) -> Any:
+def _options(args: argparse.Namespace) -> Any:
+    """What the command line asks of the task's predictor (``vision_attn.tasks.task.Options``)."""
     from vision_attn.tasks.task import Options
 
-    return Options(top_k=args.top_k, conf=args.conf, iou=args.iou, output=args.output, batch_size=batch_size)
+    return Options(top_k=args.top_k, conf=args.conf, iou=args.iou, output=args.output, batch_size=args.batch_size)
 
 
 def _predict_video(args: argparse.Namespace, console: Console) -> int:
@@ -43,7 +44,7 @@ def _predict_video(args: argparse.Namespace, console: Console) -> int:
                           "file: give the folder for them with -o OUT")
     reader = open_frames(args.images, as_frames=args.frames, batch_size=args.batch_size or 8, max_frames=args.max_frames,
                          stall_timeout=args.stall_timeout, default_fps=args.fps)
-    result = task.predict_video(args.checkpoint, reader, args.output, _options(args, args.batch_size), runtime_of(args))
+    result = task.predict_video(args.checkpoint, reader, args.output, _options(args), runtime_of(args))
     stopped = " (stopped by Ctrl-C)" if result.stopped else ""
     console.print(f"{result.source}: {result.frames} frames in {result.seconds:.1f} s ({result.fps:.1f} frames/s"
                   f"{'' if args.runtime == 'torch' else ', ' + args.runtime})"
@@ -59,7 +60,7 @@ def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
     if args.frames or any(is_video_source(i) for i in args.images):
         return _predict_video(args, console)
     task = _task(args, "predict")
-    results = task.predict(args.checkpoint, args.images, _options(args, args.batch_size), runtime_of(args))
+    results = task.predict(args.checkpoint, args.images, _options(args), runtime_of(args))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

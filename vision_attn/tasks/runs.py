@@ -19,7 +19,8 @@ from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import lightning_weights, read_checkpoint, run_checkpoint_path
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 
-__all__ = ["Run", "Runtime", "read_run_checkpoint", "task_of", "task_of_yaml", "load_run_weights"]
+__all__ = ["Run", "Runtime", "read_run_checkpoint", "read_task_checkpoint", "task_of", "task_of_yaml",
+           "load_run_weights"]
 
 Runtime = Callable[[nn.Module, tuple[int, int], Callable[[], list[torch.Tensor]] | None],
                    Callable[[torch.Tensor], torch.Tensor]]
@@ -64,6 +65,17 @@ def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any] | Ultra
         raise CheckpointError(f"{file}: not a vision_attn run checkpoint (no state_dict and hyper-parameters); for a "
                               "plain weights file use create_model(name, pretrained=PATH) or --model/--yaml with "
                               "--checkpoint")
+    return ckpt, file
+
+
+def read_task_checkpoint(path: str | os.PathLike, task: str) -> tuple[dict[str, Any] | UltralyticsCheckpoint, Path]:
+    """:func:`read_run_checkpoint` of a ``task`` run: a checkpoint that records another task is a
+    CheckpointError naming it and the commands that take it (one without a record is let through)."""
+    ckpt, file = read_run_checkpoint(path)
+    found = task_of(ckpt)
+    if found not in (None, task):
+        raise CheckpointError(f"{file}: the checkpoint of a {found} run, not of a {task} run; use `vision-attn eval "
+                              f"{found}` / `predict {found}`")
     return ckpt, file
 
 

@@ -21,7 +21,7 @@ from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.plots import draw_caption
 from vision_attn.tasks.classify.network import build_network
-from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult, predict_stream
 from vision_attn.tasks.task import Listing, Options
 
@@ -59,11 +59,7 @@ def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch
 def load_classifier(path: str | os.PathLike) -> Run:
     """The classification run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), its network in
     eval mode with the EMA weights when the run kept them."""
-    ckpt, file = read_run_checkpoint(path)
-    task = task_of(ckpt)
-    if task not in (None, "cls"):
-        raise CheckpointError(f"{file}: a {task} run's checkpoint, not a classification run's; use `vision-attn "
-                              f"eval {task}` / `predict {task}`")
+    ckpt, file = read_task_checkpoint(path, "cls")
     return load_classifier_run(ckpt, file)
 
 
