@@ -43,7 +43,8 @@ class Listing:
 class Task:
     """One task.
 
-    ``name``: ``cls`` or ``det`` (the word after ``vision-attn train``); ``title``: what it trains;
+    ``name``: ``cls``, ``det``, ``seg`` or a registered task's (the word after ``vision-attn train``);
+    ``title``: what it trains;
     ``module`` / ``datamodule``: the Lightning classes whose arguments are the ``model`` / ``data``
     sections; ``filled``: ``model`` arguments the data set fills in; ``paths``: dotted config keys that
     name files, with the kinds of shipped config they may name (see :func:`vision_attn.io.resources.resolve_path`);
