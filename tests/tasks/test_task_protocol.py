@@ -122,3 +122,12 @@ def test_a_task_registers_once(monkeypatch):
     assert register_task(replace(other), replace=True).name == "cls2"
     with pytest.raises(ConfigError, match="unknown task 'nope'"):
         get_task("nope")
+
+
+@pytest.mark.parametrize("module", ["tasks/detect/module.py", "tasks/segment/module.py"])
+def test_the_detection_modules_have_no_loss_family_branch(module):
+    """Every detector loss has one call (losses.BatchLoss): the modules neither test a loss or head class nor
+    name RT-DETR."""
+    path = ROOT / module
+    found = violations(path.read_text(), module, {"rtdetr"}, _forbidden_classes())
+    assert not found, "call the loss through losses.BatchLoss instead:\n" + "\n".join(found)
