@@ -27,13 +27,14 @@ import torch
 from vision_attn.errors import ConfigError
 from vision_attn.io.atomic import write_json
 from vision_attn.io.json import read_json
-from vision_attn.io.resources import find_shipped, resolve_path, without_scale
+from vision_attn.io.resources import KINDS as SHIPPED_KINDS, find_shipped, resolve_path, without_scale
 from vision_attn.io.yaml import CONFIG_LIMITS, DETECTOR_LIMITS, read_yaml
 from vision_attn.layers.plugins.registry import ATTENTION_BLOCKS, attention_factory
 from vision_attn.models import create_model
 from vision_attn.models.insertion import default_attention_sites, select_modules
 from vision_attn.models.yolo.editor import insert_attention_file, attention_row_module
 from vision_attn.models.yolo.modules import MODULES
+from vision_attn.tasks.registry import TASKS, get_task, task_of_config
 
 __all__ = ["AblationPlan", "RunSpec", "SITES", "PLAN_FILE", "make_plan", "read_plan"]
 
@@ -69,7 +70,7 @@ class AblationPlan:
     """What an ablation trains; ``variants`` maps each variant's name to the arguments that make it."""
 
     name: str
-    task: str  # "cls", "det" or "seg"
+    task: str  # a registered task's name
     config: str  # the training config's absolute path
     config_sha256: str
     blocks: list[str]
@@ -113,22 +114,13 @@ def _hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _yaml_task(yaml: str, config: Path) -> str:
-    """``seg`` for a model YAML whose last row is a Segment head, else ``det``."""
-    source = resolve_path(yaml, base=config.parent, kinds=("model",))
-    if source is None or not source.is_file():
-        return "det"  # the training itself names the missing file
-    head = (read_yaml(source, DETECTOR_LIMITS, what="detector YAML").get("head") or [[None, None, None]])[-1]
-    return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
-
-
 def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
-    """The training config's file, task (``cls``/``det``/``seg``: a shipped config's folder, else its keys) and
-    contents."""
+    """The training config's file, task (a shipped config's folder, else its keys: see
+    :func:`vision_attn.tasks.registry.task_of_config`) and contents."""
     path = Path(config).expanduser()
     task = None
     if not path.is_file():
-        for kind in ("cls", "det", "seg"):
+        for kind in (name for name in TASKS if name in SHIPPED_KINDS):  # the tasks with shipped training configs
             shipped = find_shipped(config, (kind,))  # type: ignore[arg-type]
             if shipped is not None:
                 path, task = shipped, kind
@@ -139,7 +131,7 @@ def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
     data = read_yaml(path, CONFIG_LIMITS, what="training config")
     model = data.get("model") if isinstance(data, dict) else None
     if task is None and isinstance(model, dict):
-        task = _yaml_task(str(model["yaml"]), path) if "yaml" in model else "cls" if "name" in model else None
+        task = task_of_config(model, path.parent)
     if task is None or not isinstance(model, dict):
         raise ConfigError(f"{path}: not a training config (no model.name of a classifier, no model.yaml of a detector)")
     return path.resolve(), task, data
@@ -152,7 +144,7 @@ def _blocks(blocks: Sequence[str], task: str) -> list[str]:
         b = b.strip()
         if not b or b.lower() == "none":
             continue
-        if task in ("det", "seg"):
+        if get_task(task).insertion == "yaml":
             name = attention_row_module(b)
         else:
             folded = {k.lower(): k for k in ATTENTION_BLOCKS}
@@ -261,6 +253,9 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: give at least 1")
     path, task, cfg = _read_config(config)
+    if get_task(task).insertion is None:
+        raise ConfigError(f"--config {config}: the {task} task says nowhere to insert attention (Task.insertion); "
+                          "ablate a classifier or detector config")
     blocks = _blocks(blocks, task)
     name = name or f"ablate_{path.stem}"
     folder = Path(runs_dir) / name
@@ -280,7 +275,7 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
         raise ConfigError(f"{folder} exists and is not an ablation folder; give another --name or --runs_dir")
     created = not folder.exists()
     try:
-        if task in ("det", "seg"):
+        if get_task(task).insertion == "yaml":
             plan.variants, plan.where = _detector_variants(cfg, path, blocks, sites, after, folder)
         else:
             plan.variants, plan.where = _classifier_variants(cfg, blocks, sites, after)

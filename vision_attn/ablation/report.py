@@ -18,18 +18,21 @@ from matplotlib.ticker import MaxNLocator
 from vision_attn.ablation.plan import AblationPlan
 from vision_attn.ablation.stats import PairedDifference, Summary, paired_difference, summarise
 from vision_attn.analysis.compare import compare, read_run_metrics
-from vision_attn.errors import DataError
+from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure, write_json, write_text
+from vision_attn.tasks.registry import get_task
 
-__all__ = ["METRICS", "VariantReport", "AblationReport", "build_report", "write_report"]
+__all__ = ["metrics_of", "VariantReport", "AblationReport", "build_report", "write_report"]
 
-METRICS = {
-    "cls": (("val_top1", "top-1"), ("val_top5", "top-5")),
-    "det": (("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")),
-    "seg": (("val_mask_map50", "mask mAP@.5"), ("val_mask_map", "mask mAP@.5:.95"), ("val_map50", "box mAP@.5"),
-            ("val_map", "box mAP@.5:.95")),
-}
-"""Per task, the ``metrics.json`` keys reported (fractions), with their labels; the first is plotted."""
+
+def metrics_of(task: str) -> tuple[tuple[str, str], ...]:
+    """The ``metrics.json`` keys (fractions) an ablation of ``task`` reports, with their labels; the first is
+    plotted (the task record's ``headline``)."""
+    headline = get_task(task).headline
+    if not headline:
+        raise ConfigError(f"ablate: the {task} task names no metrics to compare (Task.headline); give its record "
+                          "the metrics.json keys an ablation reports")
+    return headline
 
 
 @dataclass
@@ -57,7 +60,7 @@ class AblationReport:
         return {
             "name": self.plan.name, "task": self.plan.task, "config": self.plan.config, "sites": self.plan.sites,
             "after": self.plan.where, "seeds": self.plan.seeds, "epochs": self.plan.epochs, "missing": self.missing,
-            "metrics": {k: label for k, label in METRICS[self.plan.task]},
+            "metrics": {k: label for k, label in metrics_of(self.plan.task)},
             "variants": [{
                 "variant": v.variant, "seeds": v.seeds, "params": v.params, "gmacs": v.gmacs, "latency_ms": v.latency_ms,
                 "values": {k: {str(s): x for s, x in vals.items()} for k, vals in v.values.items()},
@@ -71,7 +74,7 @@ class AblationReport:
         """One plain sentence per variant and metric: the difference against none and what it means."""
         out = []
         for v in self.variants[1:]:
-            for key, label in METRICS[self.plan.task]:
+            for key, label in metrics_of(self.plan.task):
                 d = v.differences.get(key)
                 if d is None:
                     continue
@@ -94,7 +97,7 @@ class AblationReport:
             row: dict[str, Any] = {"variant": v.variant, "seeds": len(v.seeds), "params": v.params,
                                    "GMACs": round(v.gmacs, 4),
                                    "latency ms (batch 1)": None if v.latency_ms is None else round(v.latency_ms, 2)}
-            for key, label in METRICS[self.plan.task]:
+            for key, label in metrics_of(self.plan.task):
                 s = v.summaries[key]
                 row[f"{label} mean %"] = round(100 * s.mean, 2)
                 row[f"{label} std"] = None if s.std is None else round(100 * s.std, 2)
@@ -128,7 +131,7 @@ class AblationReport:
 
 def build_report(plan: AblationPlan, *, latency: bool = True) -> AblationReport:
     """The report of the runs of ``plan`` that have finished (each variant needs at least one)."""
-    keys = METRICS[plan.task]
+    keys = metrics_of(plan.task)
     by_variant: dict[str, list[tuple[int, dict[str, Any], Path]]] = {v: [] for v in plan.variants}
     missing = []
     for spec in plan.runs():
@@ -159,7 +162,7 @@ def build_report(plan: AblationPlan, *, latency: bool = True) -> AblationReport:
 
 
 def _plot(report: AblationReport, path: Path) -> Path:
-    key, label = METRICS[report.plan.task][0]
+    key, label = metrics_of(report.plan.task)[0]
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot()
     base = report.variants[0].gmacs  # none: blocks add a fraction of a percent, so x is what they add

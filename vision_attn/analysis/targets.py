@@ -56,7 +56,7 @@ def _from_checkpoint(path: Path, device: str | torch.device) -> Target:
     run = load_run(path, device=device, weights=False)
     h, w = run.img_size
     size: int | tuple[int, int] | None = h if h == w else (h, w)
-    if run.task == "cls" and run.hparams.get("img_size") is None and not run.data_hparams:
+    if not run.size_recorded:
         size = None  # the model's own
     return Target(run.model, run.label, "checkpoint", size, run.hparams)
 

@@ -39,21 +39,13 @@ def read_image(spec: str):
 
 
 def _detector(args: argparse.Namespace):
-    """(model, label, image size) for a detector YAML (``--model FILE.yaml``, random weights) or a
-    detection run's checkpoint; None for the other targets."""
+    """(model, label, image size) for a detector YAML (``--model FILE.yaml``, random weights); None for the
+    other targets."""
     if args.model and args.model.lower().endswith((".yaml", ".yml")):
         from vision_attn.models.yolo import build_detector
 
         label = f"{os.path.basename(args.model)}" + (f" ({args.scale})" if args.scale else "") + " (random weights)"
         return build_detector(args.model, scale=args.scale), label, args.img_size or 640
-    if args.checkpoint:
-        from vision_attn.tasks import load_detector
-        from vision_attn.tasks.runs import read_run_checkpoint, task_of
-
-        ckpt, _ = read_run_checkpoint(args.checkpoint)
-        if task_of(ckpt) == "det":
-            run = load_detector(args.checkpoint)
-            return run.model, f"detector (run {run.path.parent.name}, trained)", args.img_size or run.img_size
     return None
 
 
@@ -68,12 +60,13 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
         model, label, size = detector
         mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # detectors take 0..1 pixels
     elif args.checkpoint:
-        from vision_attn.tasks import load_classifier
+        from vision_attn.tasks import load_run
 
-        clf = load_classifier(args.checkpoint)
-        model, label = clf.model, f"{clf.hparams['name']} (run {clf.path.parent.name}, trained)"
-        size = args.img_size or clf.data_hparams.get("img_size") or clf.hparams.get("img_size") or 224
-        mean, std = clf.data_hparams.get("mean"), clf.data_hparams.get("std")
+        run = load_run(args.checkpoint)  # any task's run: its network, size and normalisation
+        name = run.hparams.get("name") or run.label.split(" (")[0]
+        model, label = run.model, f"{name} (run {run.path.parent.name}, trained)"
+        size = args.img_size or run.img_size
+        mean, std = run.mean, run.std
     else:
         import vision_attn
 

@@ -38,7 +38,7 @@ def _cmd_data(args: argparse.Namespace, console: Console) -> int:
         return 0 if report.ok else 2
     for split, line in report.details.items():
         console.print(f"{split}: {line}", markup=False)
-    table = Table(title=f"{'images' if report.task == 'cls' else 'boxes'} per class")
+    table = Table(title=f"{report.counted} per class")
     table.add_column("class")
     for split in report.per_class:
         table.add_column(split, justify="right")

@@ -209,8 +209,7 @@ def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     if dep.boxes and args.data is not None and args.checkpoint is not None:
         runtime = "openvino-int8" if args.runtime == "openvino" else "onnxruntime-qdq" if args.static else \
             "onnxruntime-int8"
-        task = "seg" if dep.kind == "segmenter" else "det"
-        console.print(f"mAP of each precision: vision-attn eval {task} --checkpoint {args.checkpoint} --data {args.data} "
+        console.print(f"mAP of each precision: vision-attn eval {dep.task} --checkpoint {args.checkpoint} --data {args.data} "
                       f"--runtime {runtime} (and --runtime {args.runtime} for FP32)", markup=False, soft_wrap=True)
     return 0
 

@@ -1,7 +1,7 @@
-"""``vision-attn predict cls|det|seg --checkpoint RUN IMAGES...`` (or one video, camera or stream URL, or
-``--frames``): parsing and printing only; the work is :func:`vision_attn.tasks.predict_images` /
-:func:`vision_attn.tasks.predict_detections`, and for videos
-:func:`~vision_attn.tasks.predict_classification_video` / :func:`~vision_attn.tasks.predict_detection_video`."""
+"""``vision-attn predict TASK --checkpoint RUN IMAGES...`` (or one video, camera or stream URL, or
+``--frames``): parsing and printing only; the work is the task's ``Task.predict`` (e.g.
+:func:`vision_attn.tasks.predict_images`), for videos its ``Task.predict_video``, and the table's column
+its ``Task.prediction``."""
 from __future__ import annotations
 
 import argparse
@@ -9,51 +9,42 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands._runtime import add_runtime_argument, runtime_of
-from vision_attn.commands.train import TASK_HELP, TASK_NAMES
+from vision_attn.commands.train import TASK_HELP
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
 
-def _predict(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from vision_attn.tasks import predict_detections, predict_images, predict_segments
+def _task(args: argparse.Namespace, what: str) -> Any:
+    """The task named on the command line, refused when its record lacks ``what`` (a Task field)."""
+    from vision_attn.errors import ConfigError
+    from vision_attn.tasks import get_task
 
-    if args.task == "cls":
-        return predict_images(args.checkpoint, args.images, top_k=args.top_k, batch_size=args.batch_size or 32,
-                              runtime=runtime_of(args))
-    if args.task == "seg":
-        return predict_segments(args.checkpoint, args.images, output=args.output, conf=args.conf, iou=args.iou,
-                                batch_size=args.batch_size or 32, runtime=runtime_of(args))
-    return predict_detections(args.checkpoint, args.images, output=args.output, conf=args.conf, iou=args.iou,
-                              batch_size=args.batch_size or 32, runtime=runtime_of(args))
+    task = get_task(args.task)
+    if getattr(task, what) is None:
+        raise ConfigError(f"predict {task.name}: the {task.name} task does not predict "
+                          f"{'videos' if what == 'predict_video' else 'images'}; its record (Task.{what}) must give it")
+    return task
 
 
-CELLS = {"cls": ("top-{k} (probability)", lambda r: ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"])),
-         "det": ("detections (class score)",
-                 lambda r: ", ".join(f"{d['class']} {d['score']:.2f}" for d in r["detections"]) or "-")}
-CELLS["seg"] = ("instances (class score)", CELLS["det"][1])
+def _options(args: argparse.Namespace) -> Any:
+    """What the command line asks of the task's predictor (``vision_attn.tasks.task.Options``)."""
+    from vision_attn.tasks.task import Options
+
+    return Options(top_k=args.top_k, conf=args.conf, iou=args.iou, output=args.output, batch_size=args.batch_size)
 
 
 def _predict_video(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.data.video import open_frames
     from vision_attn.errors import ConfigError
-    from vision_attn.tasks import predict_classification_video, predict_detection_video, predict_segment_video
 
+    task = _task(args, "predict_video")
     if args.output is None:
         raise ConfigError("predict on a video, camera, stream or --frames writes an annotated video and a JSON Lines "
                           "file: give the folder for them with -o OUT")
     reader = open_frames(args.images, as_frames=args.frames, batch_size=args.batch_size or 8, max_frames=args.max_frames,
                          stall_timeout=args.stall_timeout, default_fps=args.fps)
-    if args.task == "cls":
-        result = predict_classification_video(args.checkpoint, reader, args.output, top_k=args.top_k,
-                                              runtime=runtime_of(args))
-    elif args.task == "seg":
-        result = predict_segment_video(args.checkpoint, reader, args.output, conf=args.conf, iou=args.iou,
-                                       runtime=runtime_of(args))
-    else:
-        result = predict_detection_video(args.checkpoint, reader, args.output, conf=args.conf, iou=args.iou,
-                                         runtime=runtime_of(args))
+    result = task.predict_video(args.checkpoint, reader, args.output, _options(args), runtime_of(args))
     stopped = " (stopped by Ctrl-C)" if result.stopped else ""
     console.print(f"{result.source}: {result.frames} frames in {result.seconds:.1f} s ({result.fps:.1f} frames/s"
                   f"{'' if args.runtime == 'torch' else ', ' + args.runtime})"
@@ -68,21 +59,21 @@ def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
 
     if args.frames or any(is_video_source(i) for i in args.images):
         return _predict_video(args, console)
-    results = _predict(args)
+    task = _task(args, "predict")
+    results = task.predict(args.checkpoint, args.images, _options(args), runtime_of(args))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    header, cell = CELLS[args.task]
     table = Table()
     table.add_column("image")
-    table.add_column(header.format(k=args.top_k))
+    if task.prediction is not None:
+        header, cell = task.prediction
+        table.add_column(header.format(k=args.top_k))
     for r in results:
-        table.add_row(r["image"], cell(r))
+        table.add_row(r["image"], *([cell(r)] if task.prediction is not None else []))
     console.print(table)
-    if args.output and args.task == "det":
-        console.print(f"{len(results)} image(s) with boxes and detections.json written to {args.output}")
-    if args.output and args.task == "seg":
-        console.print(f"{len(results)} image(s) with masks and segments.json written to {args.output}")
+    if args.output and task.written:
+        console.print(f"{len(results)} image(s) with {task.written} written to {args.output}")
     return 0
 
 
@@ -96,7 +87,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        "A video file, a camera index (0) or a stream URL (rtsp://, http://, ...), or images with "
                        "--frames, is read in a background thread and predicted in batches: OUT/NAME.mp4 annotated "
                        "and OUT/NAME.jsonl with one line per frame.")
-    p.add_argument("task", choices=TASK_NAMES, help=TASK_HELP)
+    p.add_argument("task", help=TASK_HELP)
     p.add_argument("images", nargs="+", help="image files or folders; or one video file, camera index or stream URL")
     p.add_argument("--checkpoint", required=True, help="a run folder (runs/NAME) or its best.ckpt / last.ckpt")
     p.add_argument("--top-k", type=int, default=5, help="cls: labels per image (default 5)")

@@ -9,9 +9,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 TASK_NAMES = ("cls", "det", "seg")
-"""The tasks of the registry (vision_attn.tasks.TASKS; a test keeps the two equal), named here so that
-`--help` imports no torch."""
-TASK_HELP = "cls: image classification; det: object detection; seg: instance segmentation"
+"""The built-in tasks of the registry (vision_attn.tasks.TASKS; a test keeps them registered), named here so
+that `--help` imports no torch. The commands take any registered task's name (vision_attn.tasks.register_task):
+the registry checks it."""
+TASK_HELP = ("cls: image classification; det: object detection; seg: instance segmentation (or a task added with "
+             "vision_attn.tasks.register_task)")
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 
 
@@ -47,7 +49,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        "segmentations / YOLO polygon labels with PyTorch Lightning. --config takes a file or a shipped "
                        "name (demo_digits, demo_digit_boxes, demo_digit_masks; `vision-attn configs`). `vision-attn train cls --help` "
                        "(or `train det --help`) lists every config key.")
-    p.add_argument("task", choices=TASK_NAMES, help=TASK_HELP)
+    p.add_argument("task", help=TASK_HELP)
     p.add_argument("args", nargs=argparse.REMAINDER,
                    help="--config FILE|NAME, --section.key VALUE overrides, --print-config, --help")
     p.set_defaults(func=_cmd_train)

@@ -44,6 +44,11 @@ class DataCheck:
     details: dict[str, str] = field(default_factory=dict)  # split -> the loader's summary line
 
     @property
+    def counted(self) -> str:
+        """What ``per_class`` counts: ``images`` (classification) or ``boxes`` (detection)."""
+        return "images" if self.task == "cls" else "boxes"
+
+    @property
     def ok(self) -> bool:
         """No problem that would stop training."""
         return not self.faults.problems

@@ -26,7 +26,7 @@ from vision_attn.io.resources import resolve_path
 from vision_attn.io.state_dict import read_state_dict
 from vision_attn.models import build_detector, create_model
 from vision_attn.models.yolo.transfer import detector_state
-from vision_attn.tasks.registry import load_run
+from vision_attn.tasks.registry import get_task, load_run, task_of_export_kind
 
 __all__ = ["Deployable", "load_deployable", "IMAGENET_MEAN", "IMAGENET_STD", "DETECTOR_SIZE"]
 
@@ -49,6 +49,13 @@ class Deployable:
     notes: list[str] = field(default_factory=list)
     transform: Callable[..., dict[str, Any]] | None = None  # a run's evaluation pipeline (albumentations)
     classes: list[str] | None = None
+    task_name: str | None = None  # the run's task (None: not a run)
+
+    @property
+    def task(self) -> str:
+        """The task whose ``eval`` and ``predict`` take this network: the run's, else the registry's task
+        that exports as this kind."""
+        return self.task_name or task_of_export_kind(self.kind).name
 
     @property
     def outputs(self) -> tuple[tuple[str, str], ...]:
@@ -95,10 +102,13 @@ def _classifier(name: str, checkpoint: str | None, size: tuple[int, int] | None)
 
 def _run(checkpoint: str, size: tuple[int, int] | None) -> Deployable:
     run = load_run(checkpoint)
-    if run.task in ("det", "seg"):
-        return _checked_detector(run.model, size or run.img_size, run.label, [], classes=run.classes)
+    if get_task(run.task).export_kind != "classifier":  # a network that finds instances in a letterboxed image
+        dep = _checked_detector(run.model, size or run.img_size, run.label, [], classes=run.classes)
+        dep.task_name = run.task
+        return dep
     return Deployable(run.model, "classifier", size or run.img_size, run.label, mean=run.mean, std=run.std,
-                      transform=run.transform if size is None or size == run.img_size else None, classes=run.classes)
+                      transform=run.transform if size is None or size == run.img_size else None, classes=run.classes,
+                      task_name=run.task)
 
 
 def _checked_detector(model: nn.Module, size: tuple[int, int], label: str, notes: list[str],

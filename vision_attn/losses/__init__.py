@@ -1,8 +1,11 @@
 """The anchor-free YOLOv8 detection loss: task-aligned assigner, box geometry (CIoU through
 ``torchvision.ops``), distribution focal loss, :class:`DetectionLoss` that combines them, and :class:`EndToEndLoss` for the
 one-to-many and one-to-one branches of an end-to-end (NMS-free) head, and :class:`SegmentationLoss` (the mask term over prototypes x coefficients);
-:class:`RTDETRLoss`, RT-DETR's set loss (:class:`HungarianMatcher`; varifocal, L1 + GIoU, auxiliary and denoising terms)."""
+:class:`RTDETRLoss`, RT-DETR's set loss (:class:`HungarianMatcher`; varifocal, L1 + GIoU, auxiliary and denoising terms). Every
+detector loss (:func:`detector_loss` picks a network's) has the one call signature of :class:`BatchLoss` (``network_inputs``, ``batch_loss``,
+``start_epoch``, ``sum_over_images``)."""
 from vision_attn.losses.assigner import Assignment, TaskAlignedAssigner, anchors_in_boxes
+from vision_attn.losses.batch import BatchLoss
 from vision_attn.losses.boxes import box_to_dist, ciou, dist_to_box
 from vision_attn.losses.detection import DetectionLoss, LossParts, pad_targets
 from vision_attn.losses.dfl import distribution_focal_loss
@@ -10,8 +13,10 @@ from vision_attn.losses.segmentation import SegmentationLoss, SegmentationParts
 from vision_attn.losses.detr import DETRLossParts, RTDETRLoss, detr_targets
 from vision_attn.losses.matcher import HungarianMatcher, Matches
 from vision_attn.losses.end_to_end import YOLO26_WEIGHTS, YOLOV10_WEIGHTS, BranchWeights, EndToEndLoss
+from vision_attn.losses.select import LOSS_OF_HEAD, detector_loss
 
-__all__ = ["Assignment", "TaskAlignedAssigner", "anchors_in_boxes", "box_to_dist", "ciou", "dist_to_box",
+__all__ = ["BatchLoss", "Assignment", "TaskAlignedAssigner", "anchors_in_boxes", "box_to_dist", "ciou", "dist_to_box",
            "DetectionLoss", "LossParts", "pad_targets", "distribution_focal_loss", "BranchWeights", "EndToEndLoss",
            "YOLO26_WEIGHTS", "YOLOV10_WEIGHTS", "SegmentationLoss", "SegmentationParts",
-           "DETRLossParts", "RTDETRLoss", "detr_targets", "HungarianMatcher", "Matches"]
+           "DETRLossParts", "RTDETRLoss", "detr_targets", "HungarianMatcher", "Matches",
+           "detector_loss", "LOSS_OF_HEAD"]

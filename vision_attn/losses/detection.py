@@ -21,6 +21,7 @@ from torch import nn
 
 from vision_attn.errors import DataError
 from vision_attn.losses.assigner import Assignment, TaskAlignedAssigner
+from vision_attn.losses.batch import BatchLoss
 from vision_attn.losses.boxes import box_to_dist, ciou, dist_to_box
 from vision_attn.losses.dfl import distribution_focal_loss
 from vision_attn.models.yolo.detect import make_anchors
@@ -76,7 +77,7 @@ def pad_targets(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], d
     return out_boxes, out_labels, mask
 
 
-class DetectionLoss(nn.Module):
+class DetectionLoss(BatchLoss, nn.Module):
     """YOLOv8's loss for a detector whose last row is a ``Detect`` head.
 
     Args:

@@ -28,13 +28,14 @@ they are converted here to normalised cxcywh.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.losses.batch import BatchLoss
 from vision_attn.losses.detection import pad_targets
 from vision_attn.losses.matcher import HungarianMatcher, Matches, box_iou_giou
 
@@ -85,7 +86,7 @@ def _xyxy_to_cxcywh(boxes: torch.Tensor, h: float, w: float) -> torch.Tensor:
     return torch.cat(((boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]), -1) / scale
 
 
-class RTDETRLoss(nn.Module):
+class RTDETRLoss(BatchLoss, nn.Module):
     """RT-DETR's loss (see the module's docstring); owns no parameters.
 
     Args:
@@ -166,6 +167,15 @@ class RTDETRLoss(nn.Module):
         p = len(query)
         layer = torch.arange(layers, device=device).repeat_interleave(p)  # (layers * P,)
         return Matches(layer, image.repeat(layers), query.repeat(layers), target.repeat(layers), per_layer=p)
+
+    def network_inputs(self, images: torch.Tensor, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The images and the denoising targets the decoder makes its denoising queries from (the batch's
+        boxes; torch's random stream, which a resumed run restores)."""
+        return images, detr_targets(batch["boxes"], batch["labels"], images.shape[-2:], device=images.device)
+
+    def batch_loss(self, preds: Any, batch: Mapping[str, Any]) -> DETRLossParts:
+        """The loss of the decoder's training output on ``batch`` (the input size from its images)."""
+        return self(preds, batch["boxes"], batch["labels"], input_size=batch["images"].shape[-2:])
 
     def forward(self, preds: Sequence[Any], boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], *,
                 input_size: Sequence[int]) -> DETRLossParts:

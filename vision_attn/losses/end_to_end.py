@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.losses.batch import BatchLoss
 from vision_attn.losses.detection import DetectionLoss
 
 __all__ = ["BranchWeights", "EndToEndLoss", "YOLO26_WEIGHTS", "YOLOV10_WEIGHTS"]
@@ -53,7 +54,7 @@ YOLOV10_WEIGHTS = BranchWeights(start=1.0, end=1.0, total=2.0, o2o_topk=1, o2o_t
 WEIGHTS = {"yolo26": YOLO26_WEIGHTS, "yolov10": YOLOV10_WEIGHTS}
 
 
-class EndToEndLoss(nn.Module):
+class EndToEndLoss(BatchLoss, nn.Module):
     """Dual-assignment loss of an end-to-end head.
 
     Args:
@@ -87,6 +88,7 @@ class EndToEndLoss(nn.Module):
         self.one_to_many = loss(model, topk=o2m_topk, **gains)
         self.one_to_one = loss(model, topk=weights.o2o_topk, topk2=weights.o2o_topk2, **gains)
         self.nc, self.reg_max = self.one_to_one.nc, self.one_to_one.reg_max
+        self.batch_keys = self.one_to_one.batch_keys  # the branch loss's targets (masks for segmentation)
         self.epoch, self.epochs = 0, 1
 
     def set_epoch(self, epoch: int, epochs: int) -> None:
@@ -94,6 +96,11 @@ class EndToEndLoss(nn.Module):
         if epochs < 1 or epoch < 0:
             raise ValueError(f"epoch={epoch}, epochs={epochs}: give epoch >= 0 and epochs >= 1")
         self.epoch, self.epochs = int(epoch), int(epochs)
+
+    def start_epoch(self, epoch: int, epochs: int) -> dict[str, float]:
+        """Move the branch weights to ``epoch``; log the one-to-many branch's weight (``o2m_weight``)."""
+        self.set_epoch(epoch, epochs)
+        return {"o2m_weight": self.branch_weights[0]}
 
     @property
     def branch_weights(self) -> tuple[float, float]:

@@ -52,6 +52,8 @@ class SegmentationLoss(DetectionLoss):
     xyxy input pixels, ``labels`` (n_i,) and ``masks`` (n_i, Hm, Wm) binary, one per box.
     """
 
+    batch_keys = ("boxes", "labels", "masks")
+
     def __init__(self, model: nn.Module, *, mask_gain: float = 7.5, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self.mask_gain = mask_gain

@@ -8,7 +8,7 @@ from vision_attn.tasks.detect import (DetectionDataModule, DetectionModule, eval
                                       predict_detection_video, predict_detections, train_detector)
 from vision_attn.tasks.segment import (SegmentationDataModule, SegmentationModule, evaluate_segmenter,
                                        load_segmenter, predict_segment_video, predict_segments, train_segmenter)
-from vision_attn.tasks.registry import TASKS, dump_config, get_task, load_run, parse_train_config, train
+from vision_attn.tasks.registry import TASKS, dump_config, get_task, load_run, parse_train_config, register_task, train
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult
 from vision_attn.tasks.runs import Run
@@ -18,4 +18,4 @@ __all__ = ["ClassificationModule", "ClassificationDataModule", "parse_train_conf
            "TrainResult", "train_classifier", "load_classifier", "evaluate_classifier", "predict_images", "predict_classification_video",
            "DetectionModule", "DetectionDataModule", "train_detector", "load_detector", "evaluate_detector",
            "predict_detections", "predict_detection_video", "SegmentationModule", "SegmentationDataModule",
-           "train_segmenter", "load_segmenter", "evaluate_segmenter", "predict_segments", "predict_segment_video", "TASKS", "get_task", "train", "load_run", "Run", "StreamResult"]
+           "train_segmenter", "load_segmenter", "evaluate_segmenter", "predict_segments", "predict_segment_video", "TASKS", "get_task", "register_task", "train", "load_run", "Run", "StreamResult"]

@@ -67,7 +67,8 @@ def build_train_parser(task: Task):
     from vision_attn.kernels import PLAN_NAMES  # with torch: only where a training parser is built
     from vision_attn.tasks.signals import STOP_GRACE_S
 
-    folder = "/".join(KINDS[task.name])
+    shipped = f"a shipped name such as those in configs/{'/'.join(KINDS[task.name])}/" if task.name in KINDS else \
+        "no shipped ones for this task"
     _register_bounded_loader()
     parser = ArgumentParser(
         prog=f"vision-attn train {task.name}", exit_on_error=False, default_env=False, allow_abbrev=False,
@@ -75,7 +76,7 @@ def build_train_parser(task: Task):
         description=task.title + " Give a YAML config (a file, or a shipped name: `vision-attn configs`) and "
         "override any key with --section.key value.")
     parser.add_argument("--config", action=ActionConfigFile,
-                        help=f"a YAML config: a file, or a shipped name such as those in configs/{folder}/")
+                        help=f"a YAML config: a file, or {shipped}")
     parser.add_argument("--name", type=str | None, default=None,
                         help="run name: the run is written to RUNS_DIR/NAME (default: the config file's name)")
     parser.add_argument("--runs_dir", type=str, default="runs", help="folder of the runs")
@@ -164,7 +165,7 @@ def _config_file(value: str, task: Task) -> str:
     if Path(value).expanduser().is_file():
         path = value
     else:
-        shipped = find_shipped(value, (task.name,))  # type: ignore[arg-type]
+        shipped = find_shipped(value, (task.name,)) if task.name in KINDS else None  # type: ignore[arg-type]
         if shipped is None:
             raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
                               f"`vision-attn configs` lists them")

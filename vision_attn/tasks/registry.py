@@ -9,22 +9,60 @@ description from the checkpoint.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from vision_attn.errors import CheckpointError, ConfigError
+from vision_attn.io.resources import resolve_path
+from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml
 from vision_attn.tasks import config as _config
 from vision_attn.tasks.classify.fit import CLASSIFY
 from vision_attn.tasks.detect.fit import DETECT
 from vision_attn.tasks.runner import TrainResult, run_training
 from vision_attn.tasks.segment.fit import SEGMENT
-from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of, task_of_yaml
 from vision_attn.tasks.task import Echo, Task
 
-__all__ = ["TASKS", "get_task", "train", "parse_train_config", "dump_config", "build_train_parser", "load_run"]
+__all__ = ["TASKS", "get_task", "register_task", "train", "parse_train_config", "dump_config", "build_train_parser",
+           "load_run", "task_of_config", "task_of_export_kind"]
 
 TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT, SEGMENT)}
+
+
+def register_task(task: Task, *, replace: bool = False) -> Task:
+    """Add ``task`` to :data:`TASKS` under its name (``vision-attn train|eval|predict NAME`` and
+    :func:`load_run` then know it); a name already taken is a ConfigError unless ``replace``."""
+    if not isinstance(task, Task):
+        raise ConfigError(f"register_task({task!r}): give a vision_attn.tasks.task.Task record")
+    if task.name in TASKS and TASKS[task.name] is not task and not replace:
+        raise ConfigError(f"task {task.name!r} is registered already; give the new task another name, or "
+                          "register_task(task, replace=True)")
+    TASKS[task.name] = task
+    return task
+
+
+def task_of_config(model: Mapping[str, Any], base: Path) -> str | None:
+    """The task a training config's ``model`` section trains (its file in the folder ``base``): a detector
+    YAML's network by its head (:func:`~vision_attn.tasks.runs.task_of_yaml`), a ``create_model`` name a
+    classifier; None when it names neither. A YAML that is not there counts as a detector's (the training
+    itself names the missing file)."""
+    if "yaml" in model:
+        source = resolve_path(str(model["yaml"]), base=base, kinds=("model",))
+        if source is None or not source.is_file():
+            return DETECT.name
+        return task_of_yaml(read_yaml(source, DETECTOR_LIMITS, what="detector YAML"))
+    return CLASSIFY.name if "name" in model else None
+
+
+def task_of_export_kind(kind: str) -> Task:
+    """The first registered task whose runs export as ``kind`` (``classifier``, ``detector``, ``segmenter``)."""
+    for task in TASKS.values():
+        if task.export_kind == kind:
+            return task
+    raise ConfigError(f"no registered task exports as a {kind}; choose one of "
+                      f"{', '.join(sorted({t.export_kind for t in TASKS.values()}))}")
 
 
 def get_task(name: str | Task) -> Task:

@@ -19,7 +19,8 @@ from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import lightning_weights, read_checkpoint, run_checkpoint_path
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 
-__all__ = ["Run", "Runtime", "read_run_checkpoint", "task_of", "load_run_weights"]
+__all__ = ["Run", "Runtime", "read_run_checkpoint", "read_task_checkpoint", "task_of", "task_of_yaml",
+           "load_run_weights"]
 
 Runtime = Callable[[nn.Module, tuple[int, int], Callable[[], list[torch.Tensor]] | None],
                    Callable[[torch.Tensor], torch.Tensor]]
@@ -32,9 +33,10 @@ take one in place of the PyTorch model (``--runtime``)."""
 
 @dataclass
 class Run:
-    """A trained run: ``task`` (``cls``/``det``), the eval-mode ``model``, ``classes``, ``img_size``
+    """A trained run: ``task`` (a registered task's name), the eval-mode ``model``, ``classes``, ``img_size``
     (H, W), a display ``label``, the checkpoint ``path``, its ``hparams`` / ``data_hparams``, the
-    normalisation (``mean``, ``std``) and, for classifiers, the run's evaluation ``transform``."""
+    normalisation (``mean``, ``std``), for classifiers the run's evaluation ``transform``, and
+    ``size_recorded`` (False where ``img_size`` is a default, not the run's)."""
 
     task: str
     model: nn.Module
@@ -48,6 +50,7 @@ class Run:
     std: tuple[float, ...] = (0.229, 0.224, 0.225)
     transform: Callable[..., dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    size_recorded: bool = True  # False: img_size is the network's own default, the checkpoint records none
 
 
 def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any] | UltralyticsCheckpoint, Path]:
@@ -65,12 +68,28 @@ def read_run_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any] | Ultra
     return ckpt, file
 
 
+def read_task_checkpoint(path: str | os.PathLike, task: str) -> tuple[dict[str, Any] | UltralyticsCheckpoint, Path]:
+    """:func:`read_run_checkpoint` of a ``task`` run: a checkpoint that records another task is a
+    CheckpointError naming it and the commands that take it (one without a record is let through)."""
+    ckpt, file = read_run_checkpoint(path)
+    found = task_of(ckpt)
+    if found not in (None, task):
+        raise CheckpointError(f"{file}: the checkpoint of a {found} run, not of a {task} run; use `vision-attn eval "
+                              f"{found}` / `predict {found}`")
+    return ckpt, file
+
+
+def task_of_yaml(yaml: dict[str, Any]) -> str:
+    """The task of a detector YAML's network: ``seg`` when its last row is a Segment head, else ``det``."""
+    head = (yaml.get("head") or [[None, None, None]])[-1]
+    return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
+
+
 def task_of(ckpt: dict[str, Any] | UltralyticsCheckpoint) -> str | None:
     """The task a run's checkpoint records (checkpoints from before the record, and ultralytics ``.pt``
     files: recognised by content)."""
-    if isinstance(ckpt, UltralyticsCheckpoint):  # a -seg.pt ends in a Segment row, a detector's in Detect
-        head = (ckpt.yaml.get("head") or [[None, None, None]])[-1]
-        return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
+    if isinstance(ckpt, UltralyticsCheckpoint):
+        return task_of_yaml(ckpt.yaml)
     if isinstance(ckpt.get("task"), str):
         return ckpt["task"]
     if "model_yaml" in ckpt or "detector_yaml" in ckpt or \

@@ -1,22 +1,50 @@
-"""What one task (``cls``, ``det``) tells the shared machinery: its LightningModule and DataModule
+"""What one task (``cls``, ``det``, ``seg``) tells the shared machinery: its LightningModule and DataModule
 classes (the ``model`` and ``data`` sections of its config), the config keys that name files, how the
-runner builds and finishes a run, and how a trained run is loaded back. The tasks are collected in
-:mod:`vision_attn.tasks.registry`."""
+runner builds and finishes a run, how a trained run is loaded back, and what the commands after training
+ask of it (evaluate, predict, export, ablate). The tasks are collected in
+:mod:`vision_attn.tasks.registry`; ``commands/``, ``export/``, ``ablation/`` and ``analysis/`` ask the
+record and never compare task names."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Task", "Echo"]
+__all__ = ["Task", "Echo", "Options", "Listing"]
 
 Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``eval`` and ``predict`` were asked for; each task reads the ones it uses. ``top_k``: labels per
+    image; ``conf`` / ``iou``: lowest score and NMS IoU of a detection; ``output``: the folder for drawn
+    images and the predictions file; ``batch_size`` (None: the task's default); ``num_workers``."""
+
+    top_k: int = 5
+    conf: float = 0.25
+    iou: float = 0.7
+    output: str | None = None
+    batch_size: int | None = None
+    num_workers: int = 0
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A table as text: ``title``, ``columns`` (the first left-aligned, the rest right), ``rows`` of cells
+    and the ``line`` printed under it (what ``eval`` prints)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    line: str
 
 
 @dataclass(frozen=True)
 class Task:
     """One task.
 
-    ``name``: ``cls`` or ``det`` (the word after ``vision-attn train``); ``title``: what it trains;
+    ``name``: ``cls``, ``det``, ``seg`` or a registered task's (the word after ``vision-attn train``);
+    ``title``: what it trains;
     ``module`` / ``datamodule``: the Lightning classes whose arguments are the ``model`` / ``data``
     sections; ``filled``: ``model`` arguments the data set fills in; ``paths``: dotted config keys that
     name files, with the kinds of shipped config they may name (see :func:`vision_attn.io.resources.resolve_path`);
@@ -28,6 +56,18 @@ class Task:
     every task writes); ``summary(metrics) -> str`` is the last progress line;
     ``load(ckpt, path, device, weights) -> Run`` rebuilds a trained run from its checkpoint;
     ``lr_monitor``: log the schedulers' rates (tasks that set rates themselves log them).
+
+    What the tools after training ask (None: the task does not offer it; the command says so):
+    ``evaluate(checkpoint, data, options, runtime) -> report`` (``vision-attn eval``) and
+    ``eval_listing(report) -> Listing`` (its table); ``predict(checkpoint, images, options, runtime) ->
+    [{"image", ...}]`` and ``predict_video(checkpoint, reader, output, options, runtime) -> StreamResult``
+    (``vision-attn predict``); ``prediction``: (column header, ``{k}`` the top-k, and the cell of one
+    prediction); ``written``: what ``predict -o`` writes beside the images (e.g. ``boxes and
+    detections.json``); ``export_kind``: what an export of a run returns (an ``export.outputs`` kind:
+    ``classifier`` one (B, N) tensor, ``detector``, ``segmenter``); ``insertion``: where ``ablate``
+    inserts attention (``yaml``: rows of the detector YAML ``model.yaml``; ``model``: ``model.attention``
+    of ``create_model``); ``headline``: the ``metrics.json`` keys (fractions) ``ablate`` reports, with
+    their labels, the first plotted.
     """
 
     name: str
@@ -44,3 +84,12 @@ class Task:
     load: Callable[..., Any]
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     lr_monitor: bool = True
+    evaluate: Callable[..., dict[str, Any]] | None = None
+    eval_listing: Callable[[dict[str, Any]], Listing] | None = None
+    predict: Callable[..., list[dict[str, Any]]] | None = None
+    predict_video: Callable[..., Any] | None = None
+    prediction: tuple[str, Callable[[dict[str, Any]], str]] | None = None
+    written: str = ""
+    export_kind: str = "classifier"
+    insertion: str | None = None
+    headline: tuple[tuple[str, str], ...] = ()

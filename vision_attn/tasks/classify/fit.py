@@ -14,6 +14,7 @@ from vision_attn.tasks.classify.data import ClassificationDataModule
 from vision_attn.tasks.classify.module import ClassificationModule
 from vision_attn.tasks.classify.network import build_network, network_spec, pretrained_normalisation
 from vision_attn.tasks.classify.plots import CLASSIFICATION_PANELS, plot_confusion
+from vision_attn.tasks.classify import run as run_api
 from vision_attn.tasks.classify.run import accuracy_report, load_classifier_run
 from vision_attn.tasks.classify.yolo import YOLO_MEAN, YOLO_STD
 from vision_attn.tasks.config import to_dict
@@ -116,4 +117,7 @@ CLASSIFY = Task(
     build=_build_classification, shadow=_shadow, panels=CLASSIFICATION_PANELS, report=_report,
     load=load_classifier_run,
     summary=lambda m: f"val top-1: {_pct(m['val_top1'])}, top-5: {_pct(m['val_top5'])}",
-    paths={"model.pretrained": (), "model.teacher": (), "data.root": ()})
+    paths={"model.pretrained": (), "model.teacher": (), "data.root": ()},
+    evaluate=run_api.evaluate, eval_listing=run_api.eval_listing, predict=run_api.predict,
+    predict_video=run_api.predict_video, prediction=run_api.PREDICTION, export_kind="classifier", insertion="model",
+    headline=(("val_top1", "top-1"), ("val_top5", "top-5")))

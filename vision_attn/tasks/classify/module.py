@@ -11,17 +11,14 @@ confusion matrix kept for the end-of-run report.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.scheduler import CosineLRScheduler
-from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
@@ -31,7 +28,8 @@ from vision_attn.tasks.classify.network import build_network, network_spec
 from vision_attn.tasks.classify.run import load_classifier
 from vision_attn.tasks.classify.yolo import yolo_network_spec
 from vision_attn.tasks.finite import stop_if_not_finite
-from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast, param_groups
+from vision_attn.tasks.module_base import TrainingModule
+from vision_attn.tasks.optim import param_groups
 
 __all__ = ["ClassificationModule", "is_cnn"]
 
@@ -41,7 +39,7 @@ def is_cnn(model: nn.Module) -> bool:
     return not hasattr(model, "patch_embed") and any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
-class ClassificationModule(pl.LightningModule):
+class ClassificationModule(TrainingModule):
     """Images (B, 3, H, W) -> logits (B, num_classes), trained with cross-entropy.
 
     Args:
@@ -80,6 +78,8 @@ class ClassificationModule(pl.LightningModule):
             records its text. scale: the YAML's scale letter (default: the file name's, else its first);
             recorded as ``yaml_scale``.
     """
+
+    task_name = "cls"  # the model description is in hyper_parameters: name, model_kwargs, ...
 
     def __init__(
         self,
@@ -150,11 +150,7 @@ class ClassificationModule(pl.LightningModule):
         self.use_channels_last = is_cnn(self.model) if channels_last is None else channels_last
         if self.use_channels_last:
             self.model.to(memory_format=torch.channels_last)
-        self.ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=ema_warmup, warmup_power=3 / 4) if ema_decay else None
-        if self.ema is not None:
-            self.ema.requires_grad_(False)  # DDP ignores it; it is updated by hand after each optimizer step
-            self.ema.train()  # follows the module's mode like any child (it only runs in validation, in eval mode)
-        self._ema_step = 0
+        self.init_ema(ema_decay, use_warmup=ema_warmup, warmup_power=3 / 4)
         self.distilled = bool(getattr(self.model, "distilled", False))
         self._teacher: nn.Module | None = None  # kept out of the module tree: not trained, not saved
         self._teacher_size: int | None = None
@@ -179,10 +175,6 @@ class ClassificationModule(pl.LightningModule):
         self.last_val_step = -1  # the optimizer step of the last validation
 
     # ---------------------------------------------------------------- network
-    def eval_model(self) -> nn.Module:
-        """The network validation and export use: the EMA when there is one."""
-        return self.ema.module if self.ema is not None else self.model
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, 3, H, W) -> logits (B, num_classes) of :meth:`eval_model`."""
         return self.eval_model()(self._layout(x))
@@ -235,18 +227,6 @@ class ClassificationModule(pl.LightningModule):
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=x.shape[0])
         return loss
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.ema is not None and self.global_step > self._ema_step:  # after each optimizer step
-            self.ema.update(self.model, step=self.global_step)
-            self._ema_step = self.global_step
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["ema_step"] = self._ema_step
-        checkpoint["task"] = "cls"  # the model description is in hyper_parameters: name, model_kwargs, ...
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._ema_step = int(checkpoint.get("ema_step", 0))
-
     # ---------------------------------------------------------------- validation
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -291,11 +271,8 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         groups = param_groups(self.model, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay)
-        optimizer = build_optimizer("adamw", groups, clips_under_autocast=lightning_clips_under_autocast(self.trainer),
-                                    lr=hp.lr, betas=tuple(hp.betas))
-        total = max(int(self.trainer.estimated_stepping_batches), 1)  # also sets num_training_batches
-        batches = self.trainer.num_training_batches
-        per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
+        optimizer = self.build_optimizer("adamw", groups, lr=hp.lr, betas=tuple(hp.betas))
+        total, per_epoch = self.optimizer_steps()
         warmup = min(int(round(hp.warmup_epochs * per_epoch)), total - 1)
         scheduler = CosineLRScheduler(optimizer, t_initial=total, lr_min=hp.min_lr, warmup_t=warmup,
                                       warmup_lr_init=hp.warmup_lr, warmup_prefix=False, t_in_epochs=False)

@@ -21,10 +21,12 @@ from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError
 from vision_attn.tasks.classify.plots import draw_caption
 from vision_attn.tasks.classify.network import build_network
-from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.task import Listing, Options
 
-__all__ = ["load_classifier", "load_classifier_run", "evaluate_classifier", "predict_images", "accuracy_report"]
+__all__ = ["load_classifier", "load_classifier_run", "evaluate_classifier", "predict_images", "accuracy_report",
+           "eval_listing", "evaluate", "predict", "predict_video", "PREDICTION"]
 
 
 def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch.device = "cpu",
@@ -51,17 +53,13 @@ def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch
     classes = list(hp.get("class_names") or [str(i) for i in range(hp["num_classes"])])
     hw = (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[-1]))
     return Run("cls", model.eval(), classes, hw, f"{hp['name']} ({path.parent.name}/{path.name})", path, hp, data_hp,
-               mean=mean, std=std, transform=transform)
+               mean=mean, std=std, transform=transform, size_recorded=hp.get("img_size") is not None or bool(data_hp))
 
 
 def load_classifier(path: str | os.PathLike) -> Run:
     """The classification run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), its network in
     eval mode with the EMA weights when the run kept them."""
-    ckpt, file = read_run_checkpoint(path)
-    task = task_of(ckpt)
-    if task not in (None, "cls"):
-        raise CheckpointError(f"{file}: a {task} run's checkpoint, not a classification run's; use `vision-attn "
-                              f"eval {task}` / `predict {task}`")
+    ckpt, file = read_task_checkpoint(path, "cls")
     return load_classifier_run(ckpt, file)
 
 
@@ -147,3 +145,36 @@ def predict_classification_video(checkpoint: str | os.PathLike, reader: FrameRea
     return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k, network),
                           draw=lambda frame, top: draw_caption(frame, [f"{t['label']} {t['prob']:.2f}" for t in top]),
                           record=lambda top: {"top": top})
+
+
+def evaluate(checkpoint: str | os.PathLike, data: str | os.PathLike, options: Options,
+             runtime: Runtime | None) -> dict[str, Any]:
+    """:func:`evaluate_classifier` as ``vision-attn eval cls`` asks it."""
+    return evaluate_classifier(checkpoint, data, batch_size=options.batch_size or 64,
+                               num_workers=options.num_workers, runtime=runtime)
+
+
+def eval_listing(report: dict[str, Any]) -> Listing:
+    """The per-class accuracy table of an :func:`evaluate_classifier` report, and its top-1/top-5 line."""
+    rows = [(name, str(report["per_class_images"][name]), "n/a" if acc is None else f"{100 * acc:.1f}%")
+            for name, acc in report["per_class_accuracy"].items()]
+    return Listing(f"{report['model']} on {report['data']} ({report['images']} images)",
+                   ("class", "images", "accuracy"), rows,
+                   f"top-1 {100 * report['top1']:.2f}%, top-5 {100 * report['top5']:.2f}%")
+
+
+def predict(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], options: Options,
+            runtime: Runtime | None) -> list[dict[str, Any]]:
+    """:func:`predict_images` as ``vision-attn predict cls`` asks it."""
+    return predict_images(checkpoint, images, top_k=options.top_k, batch_size=options.batch_size or 32,
+                          runtime=runtime)
+
+
+def predict_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, options: Options,
+                  runtime: Runtime | None) -> StreamResult:
+    """:func:`predict_classification_video` as ``vision-attn predict cls`` asks it."""
+    return predict_classification_video(checkpoint, reader, output, top_k=options.top_k, runtime=runtime)
+
+
+PREDICTION = ("top-{k} (probability)", lambda r: ", ".join(f"{t['label']} ({t['prob']:.3f})" for t in r["top"]))
+"""The column of ``predict cls``'s table: its header and one image's cell."""

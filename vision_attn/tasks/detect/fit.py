@@ -15,6 +15,7 @@ from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.detect.data import DetectionDataModule
 from vision_attn.tasks.detect.module import DetectionModule, load_detector_yaml
 from vision_attn.tasks.detect.plots import DETECTION_PANELS
+from vision_attn.tasks.detect import run as run_api
 from vision_attn.tasks.detect.run import load_detector_run
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
@@ -95,4 +96,9 @@ DETECT = Task(
     monitor="val/mAP50-95", build=build_detection, shadow=detection_shadow, panels=DETECTION_PANELS, report=detection_report,
     load=load_detector_run, lr_monitor=False,
     summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
-    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()})
+    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},
+    **run_api.detection_calls(run_api.evaluate_detector, run_api.predict_detections,
+                               run_api.predict_detection_video),
+    eval_listing=run_api.eval_listing, prediction=("detections (class score)", run_api.detections_cell),
+    written="boxes and detections.json", export_kind="detector", insertion="yaml",
+    headline=(("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")))

@@ -27,15 +27,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 import torch
-from timm.utils import ModelEmaV3
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.evaluation import coco_map
 from vision_attn.io.state_dict import read_state_dict
-from vision_attn.losses import DetectionLoss, EndToEndLoss, RTDETRLoss, detr_targets
+from vision_attn.losses import detector_loss
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.files import read_model_yaml
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
@@ -44,7 +42,7 @@ from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.detect.plots import prediction_grid, save_image
 from vision_attn.tasks.detect.schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
-from vision_attn.tasks.optim import build_optimizer, lightning_clips_under_autocast
+from vision_attn.tasks.module_base import TrainingModule
 
 __all__ = ["DetectionModule", "detector_param_groups", "load_detector_yaml", "DEFAULT_YAML"]
 
@@ -84,7 +82,7 @@ def logged_parts(parts: Any) -> list[tuple[str, torch.Tensor]]:
     values = ((f.name, getattr(parts, f.name)) for f in dataclasses.fields(parts) if f.name != "total")
     return [(name, value) for name, value in values if isinstance(value, torch.Tensor)]
 
-class DetectionModule(pl.LightningModule):
+class DetectionModule(TrainingModule):
     """Images (B, 3, H, W) in [0, 1] -> detections, trained with the YOLOv8 loss.
 
     Args:
@@ -182,11 +180,7 @@ class DetectionModule(pl.LightningModule):
         self.criterion = self.build_criterion(e2e_weights, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
-        self.ema = ModelEmaV3(self.model, decay=ema_decay) if ema_decay else None
-        if self.ema is not None:
-            self.ema.requires_grad_(False)  # DDP ignores it; updated by hand after each optimizer step
-            self.ema.train()  # follows the module's mode like any child (it only runs in validation, in eval mode)
-        self._ema_step = 0
+        self.init_ema(ema_decay)
         self._schedule: WarmupDecay | None = None
         self._val_dets: list[dict[str, Any]] = []
         self._val_truth: list[dict[str, Any]] = []
@@ -199,40 +193,34 @@ class DetectionModule(pl.LightningModule):
     """The model YAML when neither ``yaml`` nor a ``pretrained`` file that carries one is given."""
     prediction_grid = staticmethod(prediction_grid)
     """How ``predictions.png`` is drawn."""
-    """What the checkpoint records as its task (``load_run`` dispatches on it)."""
+
+    heads: tuple[str, ...] = ("detect", "rtdetr")
+    """The network families (the YAML network's ``task``) this module trains."""
+
+    def wrong_head(self) -> str:
+        """The error for a YAML whose head this module does not train."""
+        return (f"model.yaml={self.yaml_source}: its last row is {type(self.model.model[-1]).__name__}, a "
+                f"{self.model.task} head; train det takes a detector YAML (yolov8n.yaml, ...)"
+                + (", train seg this one" if self.model.task == "segment" else ""))
 
     def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
-        """The loss of :attr:`model`: the YOLOv8 loss, the end-to-end one for a head with a one-to-one branch,
-        or RT-DETR's set loss for its decoder."""
-        if self.model.task == "rtdetr":
-            return RTDETRLoss()
-        if self.model.task != "detect":
-            raise ConfigError(f"model.yaml={self.yaml_source}: its last row is {type(self.model.model[-1]).__name__}, "
-                              f"a {self.model.task} head; train det takes a detector YAML (yolov8n.yaml, ...)"
-                              + (", train seg this one" if self.model.task == "segment" else ""))
-        if self.model.model[-1].has_one2one:
-            return EndToEndLoss(self.model, weights=e2e_weights, **gains)
-        return DetectionLoss(self.model, **gains)
+        """The loss of :attr:`model` (:func:`~vision_attn.losses.detector_loss`: the YOLOv8 loss, the
+        end-to-end one for a head with a one-to-one branch, or RT-DETR's set loss for its decoder)."""
+        if self.model.task not in self.heads:
+            raise ConfigError(self.wrong_head())
+        return detector_loss(self.model, e2e_weights=e2e_weights, **gains)
 
     def compute_loss(self, preds: Any, batch: dict[str, Any]) -> Any:
-        """The criterion on the network's training output and a batch's targets."""
-        if isinstance(self.criterion, RTDETRLoss):
-            return self.criterion(preds, batch["boxes"], batch["labels"], input_size=batch["images"].shape[-2:])
-        return self.criterion(preds, batch["boxes"], batch["labels"])
+        """The criterion on the network's training output and a batch (every detector loss's one call,
+        :class:`~vision_attn.losses.BatchLoss`)."""
+        return self.criterion.batch_loss(preds, batch)
 
     def train_output(self, x: torch.Tensor, batch: dict[str, Any]) -> Any:
-        """The network's training output for the images ``x`` of ``batch``: an RT-DETR decoder also gets
-        the batch's boxes, from which it makes its denoising queries (torch's random stream, which a
-        resumed run restores)."""
-        if isinstance(self.criterion, RTDETRLoss):
-            return self.model(x, detr_targets(batch["boxes"], batch["labels"], x.shape[-2:], device=x.device))
-        return self.model(x)
+        """The network's training output for the images ``x`` of ``batch``, called with what the criterion
+        says (an RT-DETR decoder also gets its denoising targets, made from the batch's boxes)."""
+        return self.model(*self.criterion.network_inputs(x, batch))
 
     # ---------------------------------------------------------------- network
-    def eval_model(self) -> nn.Module:
-        """The network validation and export use: the EMA when there is one."""
-        return self.ema.module if self.ema is not None else self.model
-
     def _layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.hparams.channels_last else x
 
@@ -262,9 +250,9 @@ class DetectionModule(pl.LightningModule):
         if dm is not None and hasattr(dm, "set_mosaic") and max_epochs > 0:
             if self.current_epoch >= max_epochs - self.hparams.close_mosaic:
                 dm.set_mosaic(False)
-        if isinstance(self.criterion, EndToEndLoss):
-            self.criterion.set_epoch(self.current_epoch, max(self._planned_epochs(), self.current_epoch + 1))
-            self.log("train/o2m_weight", self.criterion.branch_weights[0], on_step=False, on_epoch=True, batch_size=1)
+        logged = self.criterion.start_epoch(self.current_epoch, max(self._planned_epochs(), self.current_epoch + 1))
+        for key, value in logged.items():
+            self.log(f"train/{key}", value, on_step=False, on_epoch=True, batch_size=1)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._schedule is not None:
@@ -282,20 +270,15 @@ class DetectionModule(pl.LightningModule):
         # YOLO's losses are means per image that its trainer sums over the batch; RT-DETR's is a mean over boxes
         return parts.total * n if self.criterion.sum_over_images else parts.total
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.ema is not None and self.global_step > self._ema_step:  # after each optimizer step
-            self.ema.decay = self.hparams.ema_decay * (1 - math.exp(-self.global_step / self.hparams.ema_tau))
-            self.ema.update(self.model)
-            self._ema_step = self.global_step
+    def advance_ema(self, step: int) -> None:
+        """The EMA's decay ramps up as ``ema_decay * (1 - exp(-step / ema_tau))`` (YOLO's)."""
+        self.ema.decay = self.hparams.ema_decay * (1 - math.exp(-step / self.hparams.ema_tau))
+        self.ema.update(self.model)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["ema_step"] = self._ema_step
-        checkpoint["task"] = self.task_name
+        super().on_save_checkpoint(checkpoint)
         checkpoint["model_yaml"] = load_yaml(self.yaml_text)[0]  # the model description itself, not a path
         checkpoint["model_scale"] = self.model.scale
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._ema_step = int(checkpoint.get("ema_step", 0))
 
     # ---------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:
@@ -378,17 +361,13 @@ class DetectionModule(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         groups = detector_param_groups(self.model, hp.weight_decay, hp.backbone_lr_scale)
-        clips = lightning_clips_under_autocast(self.trainer)
         if hp.optimizer == "sgd":
-            optimizer = build_optimizer("sgd", groups, clips_under_autocast=clips, lr=hp.lr, momentum=hp.momentum,
-                                        nesterov=True)
+            optimizer = self.build_optimizer("sgd", groups, lr=hp.lr, momentum=hp.momentum, nesterov=True)
         elif hp.optimizer == "adamw":
-            optimizer = build_optimizer("adamw", groups, clips_under_autocast=clips, lr=hp.lr, betas=(hp.momentum, 0.999))
+            optimizer = self.build_optimizer("adamw", groups, lr=hp.lr, betas=(hp.momentum, 0.999))
         else:
             raise ConfigError(f"model.optimizer={hp.optimizer!r}: choose sgd or adamw")
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        batches = self.trainer.num_training_batches
-        per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
+        total, per_epoch = self.optimizer_steps()
         warmup = 0 if hp.warmup_epochs == 0 else max(int(round(hp.warmup_epochs * per_epoch)), hp.min_warmup_steps)
         bias_lr = hp.warmup_bias_lr if hp.warmup_bias_lr is not None else (0.1 if hp.optimizer == "sgd" else 0.0)
         self._schedule = WarmupDecay(lr=hp.lr, lrf=hp.lrf, total_steps=total, warmup_steps=min(warmup, total),

@@ -31,8 +31,9 @@ from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
-from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_run_checkpoint, task_of
+from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
            "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList"]
@@ -108,10 +109,7 @@ def load_detector_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path, 
 def load_detector(path: str | os.PathLike) -> Run:
     """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), a
     :func:`detector_checkpoint` file or an ultralytics ``.pt``."""
-    ckpt, file = read_run_checkpoint(path)
-    task = task_of(ckpt)
-    if task not in (None, "det"):
-        raise CheckpointError(f"{file}: a classification checkpoint; use `vision-attn eval cls` / `predict cls`")
+    ckpt, file = read_task_checkpoint(path, "det")
     return load_detector_run(ckpt, file)
 
 
@@ -230,22 +228,31 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     dataset.transform = DetectionTransform(det.img_size[0], stride=_stride(det) if rect else None)
     found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
                  multi_label=False, network=network)
+    return image_results(dataset.records, found, output, items=lambda d: _items(d, det.classes),
+                         draw=lambda image, d: draw_boxes(image, d["boxes"], d["labels"], det.classes, d["scores"],
+                                                          thickness=2), file="detections.json")
+
+
+def image_results(records: Sequence[Any], found: Sequence[dict[str, Any]], output: str | os.PathLike | None, *,
+                  items: Callable[[dict[str, Any]], list[dict[str, Any]]],
+                  draw: Callable[[np.ndarray, dict[str, Any]], np.ndarray], file: str) -> list[dict[str, Any]]:
+    """``[{"image", "width", "height", "detections": items(d)}]`` for each image record and its found
+    instances ``d``; with ``output``, each image drawn (``draw(image, d)``) is written there under its own
+    name (``drawn``), and the list as ``output/file``."""
     out_dir = Path(output) if output is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     used: set[str] = set()
-    for rec, d in zip(dataset.records, found):
-        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height,
-                 "detections": _items(d, det.classes)}
+    for rec, d in zip(records, found):
+        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height, "detections": items(d)}
         if out_dir is not None:
             name = f"{rec.path.stem}.png" if f"{rec.path.stem}.png" not in used else f"{rec.path.stem}_{rec.image_id}.png"
             used.add(name)
-            drawn = draw_boxes(read_image(rec.path), d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
-            entry["drawn"] = str(save_image(drawn, out_dir / name))
+            entry["drawn"] = str(save_image(draw(read_image(rec.path), d), out_dir / name))
         results.append(entry)
     if out_dir is not None:
-        write_json(out_dir / "detections.json", results)
+        write_json(out_dir / file, results)
     return results
 
 
@@ -268,3 +275,44 @@ def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, 
         return draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
 
     return predict_stream(reader, output, infer=infer, draw=draw, record=lambda d: {"detections": _items(d, det.classes)})
+
+
+def detection_calls(evaluate_fn: Callable[..., dict[str, Any]], predict_fn: Callable[..., list[dict[str, Any]]],
+                    video_fn: Callable[..., StreamResult]) -> dict[str, Callable[..., Any]]:
+    """The Task record's ``evaluate``, ``predict`` and ``predict_video`` (by field name) over a detection-like task's
+    functions (``evaluate_detector``, ``predict_detections``, ``predict_detection_video`` or the
+    segmentation task's): the command's :class:`Options` passed as their keywords."""
+
+    def evaluate(checkpoint: str | os.PathLike, data: str | os.PathLike, options: Options,
+                 runtime: Runtime | None) -> dict[str, Any]:
+        return evaluate_fn(checkpoint, data, batch_size=options.batch_size or 32, num_workers=options.num_workers,
+                           runtime=runtime)
+
+    def predict(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], options: Options,
+                runtime: Runtime | None) -> list[dict[str, Any]]:
+        return predict_fn(checkpoint, images, output=options.output, conf=options.conf, iou=options.iou,
+                          batch_size=options.batch_size or 32, runtime=runtime)
+
+    def predict_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike,
+                      options: Options, runtime: Runtime | None) -> StreamResult:
+        return video_fn(checkpoint, reader, output, conf=options.conf, iou=options.iou, runtime=runtime)
+
+    return {"evaluate": evaluate, "predict": predict, "predict_video": predict_video}
+
+
+def fmt_ap(v: float | None) -> str:
+    """An AP as the tables print it (``n/a`` for None or NaN)."""
+    return "n/a" if v is None or v != v else f"{v:.3f}"
+
+
+def eval_listing(report: dict[str, Any]) -> Listing:
+    """The per-class AP table of an :func:`evaluate_detector` report, and its mAP line."""
+    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", "boxes", "AP@[.5:.95]", "AP@.5"), rows,
+                   f"mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+
+
+def detections_cell(r: dict[str, Any]) -> str:
+    """One image's detections in a table cell: ``class score, ...`` (``-`` for none)."""
+    return ", ".join(f"{d['class']} {d['score']:.2f}" for d in r["detections"]) or "-"

@@ -15,6 +15,8 @@ from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.segment.data import SegmentationDataModule
 from vision_attn.tasks.segment.module import SegmentationModule
 from vision_attn.tasks.segment.plots import SEGMENTATION_PANELS
+from vision_attn.tasks.detect.run import detection_calls, detections_cell
+from vision_attn.tasks.segment import run as run_api
 from vision_attn.tasks.segment.run import load_segmenter_run
 from vision_attn.tasks.task import Echo, Task
 
@@ -55,4 +57,9 @@ SEGMENT = Task(
     load=load_segmenter_run, lr_monitor=False,
     summary=lambda m: (f"val box mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}; mask mAP@.5: "
                        f"{_pct(m['val_mask_map50'])}, mAP@[.5:.95]: {_pct(m['val_mask_map'])}"),
-    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()})
+    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},
+    **detection_calls(run_api.evaluate_segmenter, run_api.predict_segments, run_api.predict_segment_video),
+    eval_listing=run_api.eval_listing, prediction=("instances (class score)", detections_cell),
+    written="masks and segments.json", export_kind="segmenter", insertion="yaml",
+    headline=(("val_mask_map50", "mask mAP@.5"), ("val_mask_map", "mask mAP@.5:.95"), ("val_map50", "box mAP@.5"),
+              ("val_map", "box mAP@.5:.95")))

@@ -15,9 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from vision_attn.errors import ConfigError
 from vision_attn.evaluation import coco_map
-from vision_attn.losses import EndToEndLoss, SegmentationLoss
 from vision_attn.tasks.detect.module import DetectionModule
 from vision_attn.tasks.segment.plots import segment_grid
 from vision_attn.tasks.segment.run import segments_of_batch, with_rle
@@ -28,65 +26,28 @@ __all__ = ["SegmentationModule"]
 class SegmentationModule(DetectionModule):
     """Images (B, 3, H, W) in [0, 1] -> detections with instance masks.
 
-    Args: those of :class:`~vision_attn.tasks.detect.module.DetectionModule` (``yaml`` a -seg YAML such as
-    ``yolov8n-seg.yaml``; default ``yolov8-seg.yaml``), and
+    Args: those of :class:`~vision_attn.tasks.detect.module.DetectionModule`, by keyword (``yaml`` a -seg YAML
+    such as ``yolov8n-seg.yaml``; default ``yolov8-seg.yaml``), and
         mask_gain: weight of the mask term (None: ``box_gain``, as ultralytics).
     """
 
     task_name = "seg"
     prediction_grid = staticmethod(segment_grid)
     default_yaml = "yolov8-seg.yaml"
+    heads = ("segment",)
 
-    def __init__(
-        self,
-        yaml: str | None = None,
-        scale: str | None = None,
-        num_classes: int = 80,
-        class_names: list[str] | None = None,
-        pretrained: str | None = None,
-        optimizer: Literal["sgd", "adamw"] = "adamw",
-        lr: float = 0.002,
-        lrf: float = 0.01,
-        schedule: Literal["linear", "cosine"] = "linear",
-        momentum: float = 0.937,
-        weight_decay: float = 5e-4,
-        warmup_epochs: float = 3.0,
-        min_warmup_steps: int = 100,
-        warmup_momentum: float = 0.8,
-        warmup_bias_lr: float | None = None,
-        box_gain: float = 7.5,
-        cls_gain: float = 0.5,
-        dfl_gain: float = 1.5,
-        e2e_weights: Literal["yolo26", "yolov10"] = "yolo26",
-        ema_decay: float | None = 0.9999,
-        ema_tau: float = 2000.0,
-        close_mosaic: int = 10,
-        conf: float = 0.001,
-        iou: float = 0.7,
-        max_det: int = 300,
-        plot_images: int = 8,
-        coco_backend: Literal["faster", "pycocotools"] = "faster",
-        channels_last: bool = True,
-        compile: bool = False,
-        mask_gain: float | None = None,
-    ) -> None:
+    def __init__(self, *, mask_gain: float | None = None, **kwargs: Any) -> None:
         self._mask_gain = mask_gain  # read by build_criterion, which the detection module's __init__ calls
-        super().__init__(yaml=yaml, scale=scale, num_classes=num_classes, class_names=class_names, pretrained=pretrained, optimizer=optimizer, lr=lr, lrf=lrf, schedule=schedule, momentum=momentum, weight_decay=weight_decay, warmup_epochs=warmup_epochs, min_warmup_steps=min_warmup_steps, warmup_momentum=warmup_momentum, warmup_bias_lr=warmup_bias_lr, box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain, e2e_weights=e2e_weights, ema_decay=ema_decay, ema_tau=ema_tau, close_mosaic=close_mosaic, conf=conf, iou=iou, max_det=max_det, plot_images=plot_images, coco_backend=coco_backend, channels_last=channels_last, compile=compile)
+        super().__init__(**kwargs)
         self.last_mask_report: Any = None  # the last validation's mask coco_map result
 
-    def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
-        head = self.model.model[-1]
-        if self.model.task != "segment":
-            raise ConfigError(f"model.yaml={self.yaml_source}: its last row is {type(head).__name__}, not a Segment "
-                              f"head; train seg takes a -seg YAML (yolov8n-seg.yaml, yolo11n-seg.yaml, ...), train det "
-                              f"a detector YAML")
-        seg = dict(gains, mask_gain=self._mask_gain if self._mask_gain is not None else gains["box_gain"])
-        if head.has_one2one:
-            return EndToEndLoss(self.model, weights=e2e_weights, loss=SegmentationLoss, **seg)
-        return SegmentationLoss(self.model, **seg)
+    def wrong_head(self) -> str:
+        return (f"model.yaml={self.yaml_source}: its last row is {type(self.model.model[-1]).__name__}, not a "
+                f"Segment head; train seg takes a -seg YAML (yolov8n-seg.yaml, yolo11n-seg.yaml, ...), train det a "
+                f"detector YAML")
 
-    def compute_loss(self, preds: Any, batch: dict[str, Any]) -> Any:
-        return self.criterion(preds, batch["boxes"], batch["labels"], batch["masks"])
+    def build_criterion(self, e2e_weights: str, **gains: float) -> nn.Module:
+        return super().build_criterion(e2e_weights, mask_gain=self._mask_gain, **gains)
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()

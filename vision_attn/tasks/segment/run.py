@@ -24,21 +24,21 @@ from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, image_paths, open_detection
 from vision_attn.data.calibration import detection_calibration
-from vision_attn.data.detection import DetectionDataset, collate_detection, read_image
+from vision_attn.data.detection import DetectionDataset, collate_detection
 from vision_attn.data.masks import encode_mask
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.evaluation import coco_map
-from vision_attn.io.atomic import write_json
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.masks import instance_masks, masks_to_original
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
-from vision_attn.tasks.detect.run import FrameList, ImageList, load_detector_run, predictor
-from vision_attn.tasks.runs import Run, Runtime, read_run_checkpoint, task_of
-from vision_attn.tasks.segment.plots import draw_segments, save_image
+from vision_attn.tasks.detect.run import FrameList, ImageList, fmt_ap, image_results, load_detector_run, predictor
+from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
+from vision_attn.tasks.segment.plots import draw_segments
 from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_segmenter_run", "load_segmenter", "segments_of_batch", "evaluate_segmenter", "predict_segments",
            "predict_segment_video"]
@@ -57,11 +57,7 @@ def load_segmenter_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path,
 
 def load_segmenter(path: str | os.PathLike) -> Run:
     """The segmentation run at ``path`` (a run folder, its ``best.ckpt``, or an ultralytics ``-seg.pt``)."""
-    ckpt, file = read_run_checkpoint(path)
-    task = task_of(ckpt)
-    if task not in (None, "seg"):
-        raise CheckpointError(f"{file}: the checkpoint of a {task} run, not of a seg run; use `vision-attn eval "
-                              f"{task}` / `predict {task}`")
+    ckpt, file = read_task_checkpoint(path, "seg")
     return load_segmenter_run(ckpt, file)
 
 
@@ -162,20 +158,9 @@ def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.Pa
     dataset.transform = DetectionTransform(seg.img_size[0])
     found = _run(seg, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
                  multi_label=False, network=network)
-    out_dir = Path(output) if output is not None else None
-    results, used = [], set()
-    for rec, d in zip(dataset.records, found):
-        entry = {"image": str(rec.path), "width": rec.width, "height": rec.height,
-                 "detections": _items(d, seg.classes)}
-        if out_dir is not None:
-            name = f"{rec.path.stem}.png" if f"{rec.path.stem}.png" not in used else f"{rec.path.stem}_{rec.image_id}.png"
-            used.add(name)
-            drawn = draw_segments(read_image(rec.path), d["masks"], d["boxes"], d["labels"], seg.classes, d["scores"])
-            entry["drawn"] = str(save_image(drawn, out_dir / name))
-        results.append(entry)
-    if out_dir is not None:
-        write_json(out_dir / "segments.json", results)
-    return results
+    return image_results(dataset.records, found, output, items=lambda d: _items(d, seg.classes),
+                         draw=lambda image, d: draw_segments(image, d["masks"], d["boxes"], d["labels"], seg.classes,
+                                                             d["scores"]), file="segments.json")
 
 
 def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
@@ -197,3 +182,17 @@ def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
 
     return predict_stream(reader, output, infer=infer, draw=draw,
                           record=lambda d: {"detections": _items(d, seg.classes)})
+
+
+def eval_listing(report: dict[str, Any]) -> Listing:
+    """The per-class box and mask AP table of an :func:`evaluate_segmenter` report, and its mAP line."""
+    rows = []
+    for name, row in report["per_class"].items():
+        mask = report["per_class_mask"][name]
+        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(mask["ap"]),
+                     fmt_ap(mask["ap50"])))
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "mask AP@[.5:.95]", "mask AP@.5"), rows,
+                   f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; mask mAP@[.5:.95] "
+                   f"{report['mask_map']:.4f}, mAP@.5 {report['mask_map50']:.4f}")
+
