@@ -95,7 +95,7 @@ def test_empty_class_folder(tiny, capsys):
     config, root = tiny
     (root / "train" / "owl").mkdir()
     assert main(["train", "cls", "--config", str(config)]) == 2
-    assert "train class folder" in (err := _error(capsys)) and "owl has no images" in err
+    assert "owl: a train class folder with no images" in _error(capsys)
 
 
 def test_val_class_missing_from_train(tiny, capsys):
@@ -129,6 +129,40 @@ def test_skip_bad_images_reports_the_count(tiny, capsys, tmp_path):
     assert "1 non-image file(s) ignored; 2 unreadable image(s) skipped" in out
     m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
     assert m["skipped_bad_images"] == 2 and m["ignored_files"] == 1 and m["epochs"] == 1
+
+
+def test_train_forever_without_a_schedule_length_is_a_config_error_that_leaves_no_folder(tiny, capsys, tmp_path):
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "-1"]) == 2
+    err = _error(capsys)
+    assert "trainer.max_epochs=-1" in err and "trainer.max_steps" in err and "OverflowError" not in err
+    assert not (tmp_path / "runs").exists()
+    # with max_steps it has a length, and trains
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "-1", "--trainer.max_steps", "2",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    assert json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())["global_step"] == 2
+
+
+def test_a_start_that_fails_before_its_first_step_leaves_no_run_folder(tiny, capsys, tmp_path, monkeypatch):
+    config, _ = tiny
+    from vision_attn.tasks.classify import module as cls_module
+
+    def broken(self, *a, **k):
+        raise RuntimeError("the first step failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cls_module.ClassificationModule, "training_step", broken)
+        assert main(["train", "cls", "--config", str(config), "--trainer.enable_progress_bar", "false"]) == 1
+    assert "the first step failed" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "tiny").exists()
+    # a folder such a start left behind (killed before the first step) is reused by a plain rerun
+    left = tmp_path / "runs" / "tiny"
+    (left / "csv").mkdir(parents=True)
+    (left / "config.yaml").write_text("name: tiny\n")
+    (left / "kernels.json").write_text("{}")
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "1",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    assert (left / "last.ckpt").is_file()
 
 
 def test_nan_loss_names_the_step(tiny, capsys):

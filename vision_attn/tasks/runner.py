@@ -221,6 +221,7 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         default_root_dir=run.path, enable_progress_bar=progress, plugins=[checkpoint_io],
         use_distributed_sampler=False), list(trainer_cfg),
         (ValueError, TypeError, MisconfigurationException))
+    _check_schedule_length(trainer)
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
     # --ckpt_path into a new folder starts it (a branch of another run); into a run's folder continues it
@@ -251,13 +252,18 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         say(f"resuming from {ckpt_path} at step {resumed.step} (epoch {resumed.epoch})")
     fit_start = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except VisionAttnError as e:
-        raise unwrap_worker_error(e) from None
-    except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
-        raise _named_config_error("trainer", e, list(trainer_cfg)) from None
-    if trainer.interrupted:
-        raise KeyboardInterrupt
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        except VisionAttnError as e:
+            raise unwrap_worker_error(e) from None
+        except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
+            raise _named_config_error("trainer", e, list(trainer_cfg)) from None
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+    except BaseException:
+        if main_process and not continuing and trainer.global_step == 0:
+            run.discard_unstarted()  # a start that failed before its first step leaves no run folder
+        raise
     if trainer.limit_val_batches != 0 and module.last_val_step != trainer.global_step:
         # training stopped between validations (max_steps, max_time): measure the final weights too
         trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -271,6 +277,16 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
         f"run folder: {run.path}")
     return TrainResult(run.path, metrics)
+
+
+def _check_schedule_length(trainer) -> None:
+    """The learning-rate schedules run over the whole training (``estimated_stepping_batches``): a run
+    without an end (``max_epochs: -1`` and no ``max_steps``, Lightning's "train until stopped") has none;
+    a ConfigError before anything is written."""
+    if trainer.fit_loop.max_epochs == -1 and trainer.max_steps == -1:
+        raise ConfigError("config key trainer.max_epochs=-1 (train until stopped) leaves the learning-rate schedule "
+                          "without a length: give trainer.max_steps N with it, or a number of epochs "
+                          "(--trainer.max_epochs N)")
 
 
 def checkpoint_bytes(module: torch.nn.Module) -> int:
