@@ -165,6 +165,17 @@ def test_a_start_that_fails_before_its_first_step_leaves_no_run_folder(tiny, cap
     assert (left / "last.ckpt").is_file()
 
 
+def test_a_tab_in_the_config_names_the_line_the_column_and_the_character(tiny, capsys, tmp_path):
+    config, _ = tiny
+    text = config.read_text().replace("  img_size: 16", "\timg_size: 16")
+    config.write_text(text)
+    line = text.splitlines().index("\timg_size: 16") + 1
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    err = _error(capsys)
+    assert f"line {line}, column 1: not valid YAML" in err and "a tab" in err, err
+    assert "replace the tab with spaces" in err and not (tmp_path / "runs").exists()
+
+
 def test_nan_loss_names_the_step(tiny, capsys):
     config, _ = tiny
     args = ["train", "cls", "--config", str(config), "--model.lr", "1e30", "--model.warmup_epochs", "0",
