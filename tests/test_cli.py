@@ -32,6 +32,29 @@ def test_models_json(capsys):
     assert small["gmacs"] == pytest.approx(4.60, rel=0.01)
 
 
+def test_models_counts_each_variant_once_per_version_of_the_code(capsys, monkeypatch):
+    """The counts are kept in the cache folder under a fingerprint of the code: a second listing counts
+    nothing (start-up: docs/benchmarks.md, "Start-up"); other code counts again."""
+    from vision_attn.analysis import model_table
+
+    assert main(["models", "deit_*", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+
+    def counted(name):
+        raise AssertionError(f"{name} counted again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(model_table, "_count", counted)
+        assert main(["models", "deit_*", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == first
+    seen = []
+    real = model_table._count
+    monkeypatch.setattr(model_table, "_count", lambda name: seen.append(name) or real(name))
+    monkeypatch.setattr(model_table, "code_fingerprint", lambda: "other code")
+    assert main(["models", "deit_tiny*", "--json"]) == 0
+    assert seen == ["deit_tiny_distilled_patch16_224", "deit_tiny_patch16_224"]
+
+
 def test_models_no_match(capsys):
     assert main(["models", "efficientnet*"]) == 2
     assert capsys.readouterr().err.startswith("error: no registered model matches 'efficientnet*'")

@@ -76,6 +76,16 @@ def test_listing_commands_load_no_torch(argv, shown):
     assert result["loaded"] == [], f"vision-attn {' '.join(argv)} imported {result['loaded']}"
 
 
+def test_a_mistyped_or_broken_config_is_reported_before_torch_loads(tmp_path):
+    """`train cls --config PATH` finds the file and reads its YAML before the task (torch, Lightning) loads:
+    a mistyped path or a tab in the file is named in well under a second (docs/benchmarks.md, "Start-up")."""
+    tab = tmp_path / "tab.yaml"
+    tab.write_text("model:\n\tname: vit_tiny_patch16_224\n")
+    for argv in (["train", "cls", "--config", str(tmp_path / "nope.yaml")], ["train", "det", f"--config={tab}"]):
+        result = _fresh(CHECK_CLI, *argv)
+        assert result["status"] == 2 and result["loaded"] == [], (argv, result)
+
+
 @pytest.mark.parametrize("argv, shown", [
     (["yaml", "info", "yolov8n.yaml"], "3,157,200 parameters"),
     (["flops", "vit_tiny_patch16_224", "--img-size", "224"], "5,717,416"),

@@ -15,11 +15,26 @@ TASK_HELP = "cls: image classification; det: object detection; seg: instance seg
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 
 
+def _config_files(rest: list[str], task: str) -> None:
+    """Each ``--config`` file found and its YAML read, before torch and Lightning load: a mistyped path or
+    a broken file is reported at once (the same ConfigError the full parse gives)."""
+    from vision_attn.io.resources import training_config
+    from vision_attn.io.yaml import check_yaml, read_yaml_text
+
+    for i, a in enumerate(rest):
+        value = a.partition("=")[2] if a.startswith("--config=") else (a if i and rest[i - 1] == "--config" else None)
+        if value:
+            path = training_config(value, task)  # type: ignore[arg-type]
+            check_yaml(read_yaml_text(path, what="training config"), str(path))
+
+
 def _cmd_train(args: argparse.Namespace, console: Console) -> int:
+    rest = list(args.args)
+    if not any(a in ("-h", "--help") for a in rest):
+        _config_files(rest, args.task)
     from vision_attn.tasks import dump_config, get_task, parse_train_config, train  # Lightning loads here
     from vision_attn.tasks.registry import build_train_parser
 
-    rest = list(args.args)
     if any(a in ("-h", "--help") for a in rest):
         build_train_parser(args.task).print_help()
         return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
-from vision_attn.io.resources import KINDS, find_shipped, resolve_path
+from vision_attn.io.resources import KINDS, resolve_path, training_config
 from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 from vision_attn.tasks.task import Task
 
@@ -161,14 +161,7 @@ _DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-co
 def _config_file(value: str, task: Task) -> str:
     """``--config VALUE``: a file, else a shipped training config of the task (``demo_digits``); refused
     by its size here, before jsonargparse reads it whole."""
-    if Path(value).expanduser().is_file():
-        path = value
-    else:
-        shipped = find_shipped(value, (task.name,))  # type: ignore[arg-type]
-        if shipped is None:
-            raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
-                              f"`vision-attn configs` lists them")
-        path = str(shipped)
+    path = value if Path(value).expanduser().is_file() else str(training_config(value, task.name))  # type: ignore[arg-type]
     check_file_size(Path(path).expanduser(), CONFIG_LIMITS, what="training config")
     return path
 
