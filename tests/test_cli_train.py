@@ -176,6 +176,24 @@ def test_a_tab_in_the_config_names_the_line_the_column_and_the_character(tiny, c
     assert "replace the tab with spaces" in err and not (tmp_path / "runs").exists()
 
 
+def test_a_run_without_validation_during_the_fit_states_what_it_measured_and_wrote(tiny, capsys, tmp_path):
+    """One epoch, validated only after the fit (check_val_every_n_epoch 2): the validation is logged and
+    plotted at the epoch that trained the weights, metrics.json has the training loss and the best value
+    (best.ckpt holds the final weights) and lists only the files written."""
+    from vision_attn.tasks.plots import epoch_history
+
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "1",
+                 "--trainer.check_val_every_n_epoch", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    history = epoch_history(run / "csv" / "metrics.csv")
+    assert set(history["val/top1"]) == set(history["train/loss_epoch"]) == {0}
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["train_loss"] is not None and m["best_val_top1"] == m["val_top1"] is not None
+    assert "previous" not in m["files"] and "resumes" not in m["files"]
+    assert all((run / name).exists() for name in m["files"].values()), m["files"]
+
+
 def test_nan_loss_names_the_step(tiny, capsys):
     config, _ = tiny
     args = ["train", "cls", "--config", str(config), "--model.lr", "1e30", "--model.warmup_epochs", "0",
