@@ -132,3 +132,25 @@ def test_installed_script():
     assert done.returncode == 0, done.stderr
     assert "vit_tiny_patch16_224" in done.stdout and "5.72" in done.stdout
     assert done.stderr == ""  # no warnings on import
+
+
+def test_piped_output_is_not_cut_at_80_columns(capsys, tmp_path):
+    """With standard output a pipe or a file (CI, a log), rich lays tables out at their full width: no
+    description, output shape or path is cut or folded."""
+    from vision_attn.io.resources import shipped_configs
+
+    import os
+
+    import vision_attn
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["PYTHONPATH"] = str(Path(vision_attn.__file__).resolve().parents[1])  # this checkout
+    proc = subprocess.run([sys.executable, "-m", "vision_attn", "configs"], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    longest = max((c for c in shipped_configs()), key=lambda c: len(c.description))
+    assert len(longest.description) > 80 and longest.description in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) > 80
+    assert main(["yaml", "info", "yolov8n.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "1x16x320x320" in out and "…" not in out

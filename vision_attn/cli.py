@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     from rich.console import Console  # here, not at the top: --help and usage errors print without rich
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=output_width())
     try:
         return args.func(args, console)
     except TrainingStopped as e:  # a checkpoint was written: not an error, a pause
@@ -74,6 +74,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {unexpected_error_line(e)} (unexpected: run again with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+PIPED_WIDTH = 1 << 16
+"""The width rich lays out to when standard output is not a terminal (a file, a pipe, CI): wide enough
+that no table cell or line is cut or wrapped; a table is as wide as its content."""
+
+
+def output_width() -> int | None:
+    """None (the terminal's width) on a terminal or when ``COLUMNS`` is set, else :data:`PIPED_WIDTH`: rich
+    would lay piped output out at 80 columns and cut or fold what is wider."""
+    try:
+        terminal = os.isatty(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # a replaced stdout (a test's capture, an IDE)
+        terminal = False
+    return None if terminal or os.environ.get("COLUMNS") else PIPED_WIDTH
 
 
 def unexpected_error_line(e: BaseException) -> str:
