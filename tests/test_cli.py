@@ -154,3 +154,13 @@ def test_piped_output_is_not_cut_at_80_columns(capsys, tmp_path):
     assert main(["yaml", "info", "yolov8n.yaml"]) == 0
     out = capsys.readouterr().out
     assert "1x16x320x320" in out and "…" not in out
+
+
+def test_an_unknown_option_is_one_line_with_the_closest_option(capsys):
+    assert main(["models", "--jsn"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: vision-attn models: unknown option --jsn: did you mean --json?")
+    assert main(["models", "--sortt"]) == 2
+    assert "unknown option --sortt (its options: --json;" in capsys.readouterr().err
+    assert main(["data", "check", "x", "--jsno"]) == 2
+    assert "vision-attn data check: unknown option --jsno: did you mean --json?" in capsys.readouterr().err

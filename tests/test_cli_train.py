@@ -194,6 +194,26 @@ def test_a_run_without_validation_during_the_fit_states_what_it_measured_and_wro
     assert all((run / name).exists() for name in m["files"].values()), m["files"]
 
 
+def test_a_library_warning_and_a_wrong_value_type_are_one_line_in_our_words(tiny, capsys, tmp_path):
+    import vision_attn
+    from vision_attn.io.atomic import save_torch
+
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "abc"]) == 2
+    err = _error(capsys)
+    assert "config key 'trainer.max_epochs': 'abc' is not an integer or null" in err and "Union" not in err
+    # weights of a 5-class head fine-tuned on 3 classes: the warning that the head is re-initialised, on one line
+    five = vision_attn.create_model("vit_tiny_patch16_224", patch_size=8, depth=1, embed_dim=32, num_heads=2,
+                                    num_classes=5, img_size=16)
+    weights = save_torch(five.state_dict(), tmp_path / "five.pth")
+    assert main(["train", "cls", "--config", str(config), "--model.pretrained", str(weights),
+                 "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "re-initialised" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: "), err
+    assert "UserWarning" not in err and "warnings.warn(" not in err, err
+
+
 def test_nan_loss_names_the_step(tiny, capsys):
     config, _ = tiny
     args = ["train", "cls", "--config", str(config), "--model.lr", "1e30", "--model.warmup_epochs", "0",

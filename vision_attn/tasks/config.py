@@ -149,8 +149,25 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
         return ConfigError(f"unknown config key {m.group(1)!r}: {_closest(m.group(1), keys, task)}")
     m = re.search(r"Parser key \"([\w.]+)\": (.*)", text)
     if m:
-        return ConfigError(f"config key {m.group(1)!r}: {m.group(2)}")
+        return ConfigError(f"config key {m.group(1)!r}: {_type_error(m.group(2))}")
     return ConfigError(f"training configuration: {text}")
+
+
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+               "NoneType": "null", "dict": "a mapping", "list": "a list", "tuple": "a list"}
+
+
+def _type_error(detail: str) -> str:
+    """jsonargparse's rejection of a value's type (``Expected a <class 'int'>. Got value: abc``, ``Does not
+    validate against any of the Union subtypes ...``) in words: the value given and what to give."""
+    union = re.search(r"Subtypes: \[(.*?)\]", detail)
+    types = re.findall(r"<class '(\w+)'>", union.group(1) if union else detail.split("Got value", 1)[0])
+    given = re.search(r"(?:Given value|Got value): (.*?)\s*$", detail)
+    if not types or given is None:
+        return detail
+    words = [_TYPE_WORDS.get(t, t) for t in dict.fromkeys(types)]
+    wanted = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+    return f"{given.group(1)!r} is not {wanted}: give {wanted}"
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
