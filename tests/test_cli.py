@@ -164,3 +164,18 @@ def test_an_unknown_option_is_one_line_with_the_closest_option(capsys):
     assert "unknown option --sortt (its options: --json;" in capsys.readouterr().err
     assert main(["data", "check", "x", "--jsno"]) == 2
     assert "vision-attn data check: unknown option --jsno: did you mean --json?" in capsys.readouterr().err
+
+
+def test_help_lists_every_task_and_the_readme_names_the_optional_runtimes(capsys):
+    from vision_attn.commands.train import TASK_NAMES
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    every = "|".join(TASK_NAMES)
+    for command in ("train", "eval", "predict"):
+        line = next(line for line in out.splitlines() if line.strip().startswith(command + " "))
+        assert f"{command} {every}" in line, line
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    runtimes = readme[readme.index("Optional runtimes"):readme.index("## Use it from Python")]
+    assert "export openvino" in runtimes and "pip install -c constraints.txt -e '.[openvino]'" in runtimes
+    assert "pip install transformers" in runtimes and "--unchecked" in runtimes
