@@ -188,6 +188,14 @@ def test_data_check_lists_every_fault_and_change_of_a_yolo_set(tmp_path, capsys)
     assert "pixels" in next(p for p in report["problems"] if p["path"] == str(_label(root, "train", 0)))["reason"]
 
 
+def test_training_lists_every_fault_of_a_yolo_set_in_one_run(tmp_path, capsys):
+    root, expected = _faulty_yolo(tmp_path)
+    assert main(_train_det(root, tmp_path)) == 2
+    line = one_line_error(capsys.readouterr().err, f"{len(expected)} problem(s) that stop training", *expected)
+    assert all(words in line for words, _ in expected.values()), line
+    assert not (tmp_path / "runs" / "run").exists()
+
+
 def test_training_names_the_label_line_with_the_hint_to_normalise(tmp_path, capsys):
     root = _yolo(tmp_path)
     label = _label(root, "train", 0)

@@ -48,12 +48,13 @@ class Problem:
     path: str
     reason: str
     where: str | None = None
+    fix: str | None = field(default=None, compare=False)  # how to repair it (in an error, not in reports)
 
     def text(self) -> str:
         return f"{self.path}{', ' + self.where if self.where else ''}: {self.reason}"
 
     def as_dict(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "fix"}
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Faults:
     def bad(self, path: str | os.PathLike, reason: str, where: str | None = None, *,
             fix: str = "replace or delete it") -> None:
         """A problem: raised as a DataError (``"raise"``), else recorded; ``fix`` says how to repair it."""
-        problem = Problem(os.fspath(path), reason, where)
+        problem = Problem(os.fspath(path), reason, where, fix)
         if self.mode == "raise":
             raise DataError(f"{problem.text()}; {fix}, or pass --data.skip_bad_images true to skip it")
         self.problems.append(problem)
@@ -91,6 +92,10 @@ class Faults:
         names the data set. Training gathers a set's problems with ``"collect"`` and stops with this."""
         if not self.problems:
             return
+        if len(self.problems) == 1:  # the error the first problem raises under "raise"
+            p = self.problems[0]
+            raise DataError(f"{p.text()}; {p.fix or 'replace or delete it'}, or pass --data.skip_bad_images true "
+                            f"to skip it")
         listed = "; ".join(p.text() for p in self.problems[:MAX_LISTED])
         more = (f"; ... and {len(self.problems) - MAX_LISTED} more (vision-attn data check lists them all)"
                 if len(self.problems) > MAX_LISTED else "")
