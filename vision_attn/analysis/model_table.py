@@ -9,35 +9,17 @@ counted past, never an error.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
 import vision_attn
 from vision_attn.io.atomic import write_json
-from vision_attn.io.cache import cache_dir
+from vision_attn.io.cache import cache_dir, code_fingerprint
 
 __all__ = ["model_rows", "code_fingerprint", "COUNTS_FILE"]
 
 COUNTS_FILE = "model_counts.json"
-
-
-def code_fingerprint() -> str:
-    """A hash of every ``.py`` file of the package (names and contents) and the versions of vision_attn,
-    torch and timm: what a variant's parameters and GMACs depend on."""
-    root = Path(vision_attn.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for dist in ("torch", "timm"):
-        try:
-            digest.update(f"{dist}={metadata.version(dist)};".encode())
-        except metadata.PackageNotFoundError:
-            digest.update(f"{dist}=none;".encode())
-    digest.update(f"vision_attn={vision_attn.__version__};".encode())
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _count(name: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ is a :class:`ConfigError` naming the closest known key; so is a value of the wro
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
+from vision_attn.io.config_keys import closest, remember_keys
 from vision_attn.io.resources import KINDS, resolve_path, training_config
 from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 from vision_attn.tasks.task import Task
@@ -122,16 +122,7 @@ def config_keys(parser) -> list[str]:
     return sorted(set(keys))
 
 
-def _closest(key: str, keys: Sequence[str], task: str = "cls") -> str:
-    key = key.lstrip("-").replace("-", "_")
-    section = key.rsplit(".", 1)[0] if "." in key else ""
-    pool = [k for k in keys if k.startswith(section + ".")] if section else list(keys)
-    close = difflib.get_close_matches(key, pool or keys, n=1, cutoff=0.6)
-    if not close:  # compare the last part only: 'trainer.max_epoch' -> 'trainer.max_epochs'
-        tails = {k.rsplit(".", 1)[-1]: k for k in pool or keys}
-        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], tails, n=1, cutoff=0.75)
-        close = [tails[hit[0]]] if hit else []
-    return f"did you mean {close[0]}?" if close else f"run `vision-attn train {task} --help` for the keys"
+_closest = closest  # the suggestion the command gives before the parser loads (vision_attn.io.config_keys)
 
 
 def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> ConfigError:
@@ -209,6 +200,7 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
     directory, then the shipped configs."""
     parser = build_train_parser(task)
     keys = config_keys(parser)
+    remember_keys(task.name, keys)  # a later command names an unknown key before Lightning loads
     try:
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))
