@@ -88,7 +88,8 @@ def test_a_mistyped_or_broken_config_is_reported_before_torch_loads(tmp_path):
 
 def test_an_unknown_key_is_named_before_torch_loads_once_the_parser_has_run(tmp_path):
     """The task's parser keeps its keys in the cache folder for this code (vision_attn.io.config_keys): a
-    later command names a mistyped key, on the command line or in the file, without loading torch."""
+    later command names a mistyped key, on the command line or in the file, or a word given to a key of
+    numbers, without loading torch (the same message as the full parse: tests/test_cli_train.py)."""
     from vision_attn.tasks import get_task, parse_train_config
 
     config = tmp_path / "ok.yaml"
@@ -98,7 +99,9 @@ def test_an_unknown_key_is_named_before_torch_loads_once_the_parser_has_run(tmp_
     typo.write_text("model:\n  lrr: 0.1\n")
     for argv, words in ((["--config", str(config), "--trainer.max_epoch", "3"], "unknown option --trainer.max_epoch: "
                          "did you mean trainer.max_epochs?"),
-                        ([f"--config={typo}"], "unknown config key 'model.lrr': did you mean model.lr?")):
+                        ([f"--config={typo}"], "unknown config key 'model.lrr': did you mean model.lr?"),
+                        (["--config", str(config), "--trainer.max_epochs", "abc"],
+                         "config key 'trainer.max_epochs': 'abc' is not an integer or null: give an integer or null")):
         proc = subprocess.run([sys.executable, "-c", CHECK_CLI, ",".join(HEAVY), "train", "cls", *argv],
                               capture_output=True, text=True, env=_env(), timeout=300)
         result = json.loads(proc.stdout.strip().splitlines()[-1])

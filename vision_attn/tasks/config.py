@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
-from vision_attn.io.config_keys import closest, remember_keys
+from vision_attn.io.config_keys import closest, remember_keys, scalar_kinds, wanted
 from vision_attn.io.resources import KINDS, resolve_path, training_config
 from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 from vision_attn.tasks.task import Task
@@ -144,10 +144,6 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
     return ConfigError(f"training configuration: {text}")
 
 
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-               "NoneType": "null", "dict": "a mapping", "list": "a list", "tuple": "a list"}
-
-
 def _type_error(detail: str) -> str:
     """jsonargparse's rejection of a value's type (``Expected a <class 'int'>. Got value: abc``, ``Does not
     validate against any of the Union subtypes ...``) in words: the value given and what to give."""
@@ -156,9 +152,8 @@ def _type_error(detail: str) -> str:
     given = re.search(r"(?:Given value|Got value): (.*?)\s*$", detail)
     if not types or given is None:
         return detail
-    words = [_TYPE_WORDS.get(t, t) for t in dict.fromkeys(types)]
-    wanted = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
-    return f"{given.group(1)!r} is not {wanted}: give {wanted}"
+    text = wanted(types)
+    return f"{given.group(1)!r} is not {text}: give {text}"
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
@@ -200,7 +195,7 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
     directory, then the shipped configs."""
     parser = build_train_parser(task)
     keys = config_keys(parser)
-    remember_keys(task.name, keys)  # a later command names an unknown key before Lightning loads
+    remember_keys(task.name, keys, scalar_kinds(parser._actions))  # checked by later commands before Lightning loads
     try:
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))
