@@ -151,6 +151,7 @@ def unknown_key(task: str, overrides: Sequence[str], documents: Sequence[tuple[s
     leaves = set(keys) - groups  # 'model' is a group, 'model.lr' a key
     for i, arg in enumerate(overrides):
         key, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        key = key.rstrip("+")  # jsonargparse's --key+=VALUE appends
         if "." not in key:  # --section.key only (not --config=FILE.yaml)
             continue
         if not _known(key, leaves, groups):
