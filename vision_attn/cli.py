@@ -49,9 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console  # here, not at the top: --help and usage errors print without rich
 
     console = Console(highlight=False, width=output_width())
-    shown = warnings.showwarning
+    formatted = warnings.formatwarning
     if not args.debug:  # a library's warning as one line, without its source file and line
-        warnings.showwarning = _one_line_warning
+        warnings.formatwarning = _one_line_warning
     try:
         return args.func(args, console)
     except TrainingStopped as e:  # a checkpoint was written: not an error, a pause
@@ -82,17 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     finally:
-        warnings.showwarning = shown
+        warnings.formatwarning = formatted
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
-    """``warnings.showwarning`` of the command line: ``warning: MESSAGE`` on one line of standard error
-    (``--debug`` keeps Python's form, with the file, line and category)."""
-    text = " ".join(str(message).split())
-    try:
-        print(f"warning: {text}", file=sys.stderr if file is None else file)
-    except OSError:  # a closed stream: a warning is not worth a failure
-        pass
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ARG001
+    """``warnings.formatwarning`` of the command line: ``warning: MESSAGE`` on one line (``--debug`` keeps
+    Python's form, with the file, line and category). Only the text changes: warnings recorded by
+    ``catch_warnings(record=True)`` (a test's ``pytest.warns``) are recorded as before."""
+    return "warning: " + " ".join(str(message).split()) + "\n"
 
 
 def unknown_arguments_line(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> str:
