@@ -109,8 +109,8 @@ def test_an_unknown_key_is_named_before_torch_loads_once_the_parser_has_run(tmp_
         assert proc.stderr == f"error: {words}\n", proc.stderr
     # a key inside a value (model_kwargs) and the run flags pass the early check: the parser takes them
     result = _fresh(CHECK_CLI, "train", "cls", "--config", str(config), "--model.model_kwargs.depth", "2",
-                    "--runs-dir", str(tmp_path), "--print-config", modules=("torch",))
-    assert result["status"] == 0 and "depth: 2" in result["out"]
+                    "--model.lr", "1e30", "--runs-dir", str(tmp_path), "--print-config", modules=("torch",))
+    assert result["status"] == 0 and "depth: 2" in result["out"] and "lr: 1.0e+30" in result["out"], result
 
 
 @pytest.mark.parametrize("argv, shown", [

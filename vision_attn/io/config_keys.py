@@ -99,11 +99,24 @@ def known_keys(task: str) -> list[str] | None:
     return None if record is None else record["keys"]
 
 
+def _reads_as(text: str, kind: str) -> bool:
+    """Whether a parser may read ``text`` as ``kind`` (YAML 1.1 leaves ``1e30`` a string; Python reads it)."""
+    convert = {"int": int, "float": float}.get(kind)
+    if convert is not None:
+        try:
+            convert(text.strip())
+            return True
+        except ValueError:
+            return False
+    words = {"bool": ("true", "false", "yes", "no", "on", "off"), "NoneType": ("null", "none", "~", "")}
+    return text.strip().lower() in words.get(kind, ())
+
+
 def _word_for_scalar(key: str, value: Any, kinds: dict[str, list[str]]) -> str | None:
     """The message for ``value`` (as YAML reads it) given to a key that takes only numbers, booleans or
     null, when it is a word; None otherwise (the parser decides)."""
     types = kinds.get(key)
-    if not types or not isinstance(value, str):
+    if not types or not isinstance(value, str) or any(_reads_as(value, t) for t in types):
         return None
     text = wanted(types)
     return f"config key {key!r}: {value!r} is not {text}: give {text}"
