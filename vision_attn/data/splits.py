@@ -50,11 +50,14 @@ class ClassificationSplits:
 
 
 def _drop_bad(samples: list[Sample], faults: Faults, threads: int, sizes: dict[str, tuple[int, int]],
-              progress: Callable[[int, int], None] | None, screen: bool = False) -> list[Sample]:
-    """The samples, each decoded once when bad ones are to be skipped or listed; ``screen``: each checked
-    cheaply instead (:func:`~vision_attn.data.faults.quick_problem`), the problems gathered in ``faults``.
-    The sizes of those decoded go to ``sizes``."""
-    if screen:
+              progress: Callable[[int, int], None] | None, check: str = "decode") -> list[Sample]:
+    """The samples, each decoded once when bad ones are to be skipped or listed (``check="decode"``; the
+    sizes of those decoded go to ``sizes``); ``"screen"``: each checked cheaply instead
+    (:func:`~vision_attn.data.faults.quick_problem`), the problems gathered in ``faults``; ``"none"``:
+    not read."""
+    if check == "none":
+        return samples
+    if check == "screen":
         screen_images([p for p, _ in samples], faults, threads)
         return samples
     decoded = verify_images([p for p, _ in samples], faults, threads, progress)
@@ -79,21 +82,23 @@ def _check_classes(classes: list[str], train: list[Sample], where: Path, faults:
 
 def load_splits(root: str | os.PathLike, *, val_fraction: float = 0.2, split_seed: int = 0,
                 skip_bad_images: bool = False, threads: int = 4, faults: Faults | None = None,
-                progress: Callable[[int, int], None] | None = None) -> ClassificationSplits:
+                progress: Callable[[int, int], None] | None = None, screen: bool = True) -> ClassificationSplits:
     """Scan ``root`` (a folder or ``demo:NAME``) into train and val samples.
 
     ``val_fraction`` and ``split_seed`` apply when the root has no ``val/`` folder.
     ``skip_bad_images``: decode every image once now and leave out those that fail (listed in
     ``faults``); otherwise every image is screened cheaply (its header, how it ends) and one
-    :class:`DataError` lists every problem of the set (an empty class folder among them); a fault only a
+    :class:`DataError` lists every problem of the set (an empty class folder among them; ``screen=False``:
+    the scan's problems only, the images' bytes not read, as ``data pack`` copies them); a fault only a
     full decode finds raises a DataError naming the file when it is read.
     ``faults``: another policy (``Faults("collect")``: list every bad file, as ``data check`` does);
     ``progress(done, total)``: called as images are decoded.
     """
     policy = faults if faults is not None else Faults("skip" if skip_bad_images else "raise")
     # "raise": every problem of the set gathered first (each image screened cheaply), then one error lists them
-    screen = policy.mode == "raise"
-    faults = Faults("collect") if screen else policy
+    gather = policy.mode == "raise"
+    faults = Faults("collect") if gather else policy
+    check = ("screen" if screen else "none") if gather else "decode"
     sizes: dict[str, tuple[int, int]] = {}
     path = resolve_root(root)
     if not path.is_dir():
@@ -103,8 +108,8 @@ def load_splits(root: str | os.PathLike, *, val_fraction: float = 0.2, split_see
     if train_dir.is_dir() and val_dir.is_dir():
         tr = scan_folder(train_dir, role="train", faults=faults)
         va = scan_folder(val_dir, classes=tr.classes, role="val", faults=faults)
-        train = _drop_bad(tr.samples, faults, threads, sizes, progress, screen)
-        val = _drop_bad(va.samples, faults, threads, sizes, progress, screen)
+        train = _drop_bad(tr.samples, faults, threads, sizes, progress, check)
+        val = _drop_bad(va.samples, faults, threads, sizes, progress, check)
         _stop_on_problems(faults, policy, path)
         _check_classes(tr.classes, train, train_dir, policy)
         return ClassificationSplits(path, tr.classes, train, val, "train/val", tr.ignored + va.ignored, policy, sizes)
@@ -112,7 +117,7 @@ def load_splits(root: str | os.PathLike, *, val_fraction: float = 0.2, split_see
         raise DataError(f"{path} has val/ but no train/ folder; add train/CLASS/... beside it")
     folder, layout = (train_dir, "split train/") if train_dir.is_dir() else (path, "split root")
     scan = scan_folder(folder, role="train" if folder == train_dir else "data", faults=faults)
-    samples = _drop_bad(scan.samples, faults, threads, sizes, progress, screen)
+    samples = _drop_bad(scan.samples, faults, threads, sizes, progress, check)
     _stop_on_problems(faults, policy, path)
     train, val = split_samples(samples, val_fraction, split_seed)
     _check_classes(scan.classes, train, folder, policy)
