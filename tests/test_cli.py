@@ -32,6 +32,29 @@ def test_models_json(capsys):
     assert small["gmacs"] == pytest.approx(4.60, rel=0.01)
 
 
+def test_models_counts_each_variant_once_per_version_of_the_code(capsys, monkeypatch):
+    """The counts are kept in the cache folder under a fingerprint of the code: a second listing counts
+    nothing (start-up: docs/benchmarks.md, "Start-up"); other code counts again."""
+    from vision_attn.analysis import model_table
+
+    assert main(["models", "deit_*", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+
+    def counted(name):
+        raise AssertionError(f"{name} counted again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(model_table, "_count", counted)
+        assert main(["models", "deit_*", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == first
+    seen = []
+    real = model_table._count
+    monkeypatch.setattr(model_table, "_count", lambda name: seen.append(name) or real(name))
+    monkeypatch.setattr(model_table, "code_fingerprint", lambda: "other code")
+    assert main(["models", "deit_tiny*", "--json"]) == 0
+    assert seen == ["deit_tiny_distilled_patch16_224", "deit_tiny_patch16_224"]
+
+
 def test_models_no_match(capsys):
     assert main(["models", "efficientnet*"]) == 2
     assert capsys.readouterr().err.startswith("error: no registered model matches 'efficientnet*'")
@@ -109,3 +132,50 @@ def test_installed_script():
     assert done.returncode == 0, done.stderr
     assert "vit_tiny_patch16_224" in done.stdout and "5.72" in done.stdout
     assert done.stderr == ""  # no warnings on import
+
+
+def test_piped_output_is_not_cut_at_80_columns(capsys, tmp_path):
+    """With standard output a pipe or a file (CI, a log), rich lays tables out at their full width: no
+    description, output shape or path is cut or folded."""
+    from vision_attn.io.resources import shipped_configs
+
+    import os
+
+    import vision_attn
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["PYTHONPATH"] = str(Path(vision_attn.__file__).resolve().parents[1])  # this checkout
+    proc = subprocess.run([sys.executable, "-m", "vision_attn", "configs"], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    longest = max((c for c in shipped_configs()), key=lambda c: len(c.description))
+    assert len(longest.description) > 80 and longest.description in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) > 80
+    assert main(["yaml", "info", "yolov8n.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "1x16x320x320" in out and "…" not in out
+
+
+def test_an_unknown_option_is_one_line_with_the_closest_option(capsys):
+    assert main(["models", "--jsn"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: vision-attn models: unknown option --jsn: did you mean --json?")
+    assert main(["models", "--sortt"]) == 2
+    assert "unknown option --sortt (its options: --json;" in capsys.readouterr().err
+    assert main(["data", "check", "x", "--jsno"]) == 2
+    assert "vision-attn data check: unknown option --jsno: did you mean --json?" in capsys.readouterr().err
+
+
+def test_help_lists_every_task_and_the_readme_names_the_optional_runtimes(capsys):
+    from vision_attn.commands.train import TASK_NAMES
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    every = "|".join(TASK_NAMES)
+    for command in ("train", "eval", "predict"):
+        line = next(line for line in out.splitlines() if line.strip().startswith(command + " "))
+        assert f"{command} {every}" in line, line
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    runtimes = readme[readme.index("Optional runtimes"):readme.index("## Use it from Python")]
+    assert "export openvino" in runtimes and "pip install -c constraints.txt -e '.[openvino]'" in runtimes
+    assert "pip install transformers" in runtimes and "--unchecked" in runtimes

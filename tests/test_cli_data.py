@@ -94,6 +94,23 @@ def test_data_check_lists_every_fault_of_a_class_folder_in_one_run(tmp_path, cap
     assert "6 problem(s) that stop training" in out and "cut.jpg: a truncated image" in out
 
 
+def test_data_check_and_training_list_every_fault_and_an_empty_class_in_one_run(tmp_path, capsys):
+    root, expected = _faulty_folder(tmp_path)
+    (root / "train" / "emu").mkdir()
+    expected[str(root / "train" / "emu")] = "class folder with no images"
+    status, report = _check(capsys, str(root))
+    found = {p["path"]: p["reason"] for p in report["problems"]}
+    assert status == 2 and set(found) == set(expected), found
+    for path, words in expected.items():
+        assert words in found[path], (path, found[path])
+    # training stops before the first step with one line naming every fault, and leaves no run folder
+    assert main(_train_cls(root, tmp_path)) == 2
+    line = one_line_error(capsys.readouterr().err, f"{len(expected)} problem(s) that stop training",
+                          "--data.skip_bad_images true", *expected)
+    assert all(words in line for words in expected.values()), line
+    assert not (tmp_path / "runs" / "run").exists()
+
+
 @pytest.mark.parametrize("fault", ["not an image", "broken link", "loops back on itself", "a loop",
                                    "empty image file", "truncated"])
 def test_training_on_a_bad_class_folder_is_a_one_line_error_naming_the_file(fault, tmp_path, capsys):
@@ -169,6 +186,14 @@ def test_data_check_lists_every_fault_and_change_of_a_yolo_set(tmp_path, capsys)
     assert report["changed"]["duplicates removed"] == 1 and report["changed"]["degenerate dropped"] == 1
     assert report["changed"]["polygons read as boxes"] == 1
     assert "pixels" in next(p for p in report["problems"] if p["path"] == str(_label(root, "train", 0)))["reason"]
+
+
+def test_training_lists_every_fault_of_a_yolo_set_in_one_run(tmp_path, capsys):
+    root, expected = _faulty_yolo(tmp_path)
+    assert main(_train_det(root, tmp_path)) == 2
+    line = one_line_error(capsys.readouterr().err, f"{len(expected)} problem(s) that stop training", *expected)
+    assert all(words in line for words, _ in expected.values()), line
+    assert not (tmp_path / "runs" / "run").exists()
 
 
 def test_training_names_the_label_line_with_the_hint_to_normalise(tmp_path, capsys):

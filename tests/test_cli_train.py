@@ -2,6 +2,10 @@
 and one-line errors (exit 2) for each kind of bad input."""
 import importlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -95,7 +99,7 @@ def test_empty_class_folder(tiny, capsys):
     config, root = tiny
     (root / "train" / "owl").mkdir()
     assert main(["train", "cls", "--config", str(config)]) == 2
-    assert "train class folder" in (err := _error(capsys)) and "owl has no images" in err
+    assert "owl: a train class folder with no images" in _error(capsys)
 
 
 def test_val_class_missing_from_train(tiny, capsys):
@@ -129,6 +133,94 @@ def test_skip_bad_images_reports_the_count(tiny, capsys, tmp_path):
     assert "1 non-image file(s) ignored; 2 unreadable image(s) skipped" in out
     m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
     assert m["skipped_bad_images"] == 2 and m["ignored_files"] == 1 and m["epochs"] == 1
+
+
+def test_train_forever_without_a_schedule_length_is_a_config_error_that_leaves_no_folder(tiny, capsys, tmp_path):
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "-1"]) == 2
+    err = _error(capsys)
+    assert "trainer.max_epochs=-1" in err and "trainer.max_steps" in err and "OverflowError" not in err
+    assert not (tmp_path / "runs").exists()
+    # with max_steps it has a length, and trains
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "-1", "--trainer.max_steps", "2",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    assert json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())["global_step"] == 2
+
+
+def test_a_start_that_fails_before_its_first_step_leaves_no_run_folder(tiny, capsys, tmp_path, monkeypatch):
+    config, _ = tiny
+    from vision_attn.tasks.classify import module as cls_module
+
+    def broken(self, *a, **k):
+        raise RuntimeError("the first step failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cls_module.ClassificationModule, "training_step", broken)
+        assert main(["train", "cls", "--config", str(config), "--trainer.enable_progress_bar", "false"]) == 1
+    assert "the first step failed" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "tiny").exists()
+    # a folder such a start left behind (killed before the first step) is reused by a plain rerun
+    left = tmp_path / "runs" / "tiny"
+    (left / "csv").mkdir(parents=True)
+    (left / "config.yaml").write_text("name: tiny\n")
+    (left / "kernels.json").write_text("{}")
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "1",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    assert (left / "last.ckpt").is_file()
+
+
+def test_a_tab_in_the_config_names_the_line_the_column_and_the_character(tiny, capsys, tmp_path):
+    config, _ = tiny
+    text = config.read_text().replace("  img_size: 16", "\timg_size: 16")
+    config.write_text(text)
+    line = text.splitlines().index("\timg_size: 16") + 1
+    assert main(["train", "cls", "--config", str(config)]) == 2
+    err = _error(capsys)
+    assert f"line {line}, column 1: not valid YAML" in err and "a tab" in err, err
+    assert "replace the tab with spaces" in err and not (tmp_path / "runs").exists()
+
+
+def test_a_run_without_validation_during_the_fit_states_what_it_measured_and_wrote(tiny, capsys, tmp_path):
+    """One epoch, validated only after the fit (check_val_every_n_epoch 2): the validation is logged and
+    plotted at the epoch that trained the weights, metrics.json has the training loss and the best value
+    (best.ckpt holds the final weights) and lists only the files written."""
+    from vision_attn.tasks.plots import epoch_history
+
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "1",
+                 "--trainer.check_val_every_n_epoch", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    history = epoch_history(run / "csv" / "metrics.csv")
+    assert set(history["val/top1"]) == set(history["train/loss_epoch"]) == {0}
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["train_loss"] is not None and m["best_val_top1"] == m["val_top1"] is not None
+    assert "previous" not in m["files"] and "resumes" not in m["files"]
+    assert all((run / name).exists() for name in m["files"].values()), m["files"]
+
+
+def test_a_library_warning_and_a_wrong_value_type_are_one_line_in_our_words(tiny, capsys, tmp_path):
+    import vision_attn
+    from vision_attn.io.atomic import save_torch
+
+    config, _ = tiny
+    assert main(["train", "cls", "--config", str(config), "--trainer.max_epochs", "abc"]) == 2
+    err = _error(capsys)
+    assert "config key 'trainer.max_epochs': 'abc' is not an integer or null" in err and "Union" not in err
+    # weights of a 5-class head fine-tuned on 3 classes: the warning that the head is re-initialised, on one line
+    five = vision_attn.create_model("vit_tiny_patch16_224", patch_size=8, depth=1, embed_dim=32, num_heads=2,
+                                    num_classes=5, img_size=16)
+    weights = save_torch(five.state_dict(), tmp_path / "five.pth")
+    # in a fresh process: pytest records warnings instead of showing them
+    root = Path(vision_attn.__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "vision_attn", "train", "cls", "--config", str(config),
+                           "--model.pretrained", str(weights), "--trainer.max_epochs", "1",
+                           "--trainer.enable_progress_bar", "false", "--threads", "1"], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    lines = [line for line in err.splitlines() if "re-initialised" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: "), err
+    assert "UserWarning" not in err and "warnings.warn(" not in err, err
 
 
 def test_nan_loss_names_the_step(tiny, capsys):

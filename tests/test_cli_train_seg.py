@@ -140,3 +140,24 @@ def test_the_commands_offer_every_task_of_the_registry():
     from vision_attn.tasks import TASKS
 
     assert TASK_NAMES == tuple(TASKS)[:len(TASK_NAMES)]
+
+
+def test_predictions_png_of_a_segmentation_run_shows_masks(tiny, capsys, tmp_path, monkeypatch):
+    """A one-epoch run whose predictions all score under the drawing threshold still draws the true
+    masks' outlines, so its predictions.png is not a detection run's picture."""
+    from vision_attn.tasks.detect.plots import prediction_grid
+    from vision_attn.tasks.segment import plots
+
+    config, _, _ = tiny
+    drawn = []
+    real = plots.draw_outlines
+    monkeypatch.setattr(plots, "draw_outlines", lambda tile, masks, *a, **k: drawn.append(len(masks)) or real(tile, masks, *a, **k))
+    assert main(["train", "seg", "--config", str(config), "--trainer.max_epochs", "1", "--model.plot_images", "2",
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    assert (tmp_path / "runs" / "tiny" / "predictions.png").is_file() and len(drawn) == 2 and min(drawn) > 0
+    images = torch.zeros(1, 3, 32, 32)
+    mask = np.zeros((1, 8, 8), np.uint8)
+    mask[0, 2:6, 2:6] = 1
+    none = [{"boxes": np.zeros((0, 4)), "scores": np.zeros(0), "labels": np.zeros(0, int)}]
+    truth = [{"boxes": np.array([[4.0, 4.0, 28.0, 28.0]]), "labels": np.array([0]), "masks": mask}]
+    assert not np.array_equal(plots.segment_grid(images, none, truth, ["a"]), prediction_grid(images, none, truth, ["a"]))

@@ -76,6 +76,43 @@ def test_listing_commands_load_no_torch(argv, shown):
     assert result["loaded"] == [], f"vision-attn {' '.join(argv)} imported {result['loaded']}"
 
 
+def test_a_mistyped_or_broken_config_is_reported_before_torch_loads(tmp_path):
+    """`train cls --config PATH` finds the file and reads its YAML before the task (torch, Lightning) loads:
+    a mistyped path or a tab in the file is named in well under a second (docs/benchmarks.md, "Start-up")."""
+    tab = tmp_path / "tab.yaml"
+    tab.write_text("model:\n\tname: vit_tiny_patch16_224\n")
+    for argv in (["train", "cls", "--config", str(tmp_path / "nope.yaml")], ["train", "det", f"--config={tab}"]):
+        result = _fresh(CHECK_CLI, *argv)
+        assert result["status"] == 2 and result["loaded"] == [], (argv, result)
+
+
+def test_an_unknown_key_is_named_before_torch_loads_once_the_parser_has_run(tmp_path):
+    """The task's parser keeps its keys in the cache folder for this code (vision_attn.io.config_keys): a
+    later command names a mistyped key, on the command line or in the file, or a word given to a key of
+    numbers, without loading torch (the same message as the full parse: tests/test_cli_train.py)."""
+    from vision_attn.tasks import get_task, parse_train_config
+
+    config = tmp_path / "ok.yaml"
+    config.write_text("model:\n  name: vit_tiny_patch16_224\n  model_kwargs: {depth: 1}\ntrainer:\n  max_epochs: 1\n")
+    parse_train_config(["--config", str(config)], get_task("cls"))  # the parser runs once: its keys are kept
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("model:\n  lrr: 0.1\n")
+    for argv, words in ((["--config", str(config), "--trainer.max_epoch", "3"], "unknown option --trainer.max_epoch: "
+                         "did you mean trainer.max_epochs?"),
+                        ([f"--config={typo}"], "unknown config key 'model.lrr': did you mean model.lr?"),
+                        (["--config", str(config), "--trainer.max_epochs", "abc"],
+                         "config key 'trainer.max_epochs': 'abc' is not an integer or null: give an integer or null")):
+        proc = subprocess.run([sys.executable, "-c", CHECK_CLI, ",".join(HEAVY), "train", "cls", *argv],
+                              capture_output=True, text=True, env=_env(), timeout=300)
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert result["status"] == 2 and result["loaded"] == [], (argv, result, proc.stderr)
+        assert proc.stderr == f"error: {words}\n", proc.stderr
+    # a key inside a value (model_kwargs) and the run flags pass the early check: the parser takes them
+    result = _fresh(CHECK_CLI, "train", "cls", "--config", str(config), "--model.model_kwargs.depth", "2",
+                    "--model.lr", "1e30", "--runs-dir", str(tmp_path), "--print-config", modules=("torch",))
+    assert result["status"] == 0 and "depth: 2" in result["out"] and "lr: 1.0e+30" in result["out"], result
+
+
 @pytest.mark.parametrize("argv, shown", [
     (["yaml", "info", "yolov8n.yaml"], "3,157,200 parameters"),
     (["flops", "vit_tiny_patch16_224", "--img-size", "224"], "5,717,416"),

@@ -1,12 +1,12 @@
 """The ``vision-attn`` command: the root parser, ``main`` and the one-line error printing.
 
 Every subcommand is one file in :mod:`vision_attn.commands`, named after it (``models``, ``flops``,
-``demo``, ``configs``, ``train cls|det``, ``eval``, ``predict``, ``yaml info|insert|remove``,
+``demo``, ``configs``, ``train cls|det|seg``, ``eval``, ``predict``, ``yaml info|insert|remove``,
 ``benchmark``, ``compare``, ``attn-map``, ``export``): argument parsing and printing only, every command
 a call into the public API. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; any other exception (a bug, or a
 library's failure) as one line naming its type, with exit status 1; ``--debug`` shows the traceback of
-either. An OSError about a file that a library met (a logger writing to a full disk) is one line
+either. A warning is one line ``warning: ...`` on stderr (``--debug``: Python's form). An OSError about a file that a library met (a logger writing to a full disk) is one line
 naming the file and the free space, with status 2. Training stopped by a signal after writing its
 checkpoint prints where it is and exits with 75.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Sequence
 
 import vision_attn
@@ -39,12 +40,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
     except SystemExit as e:  # usage errors (status 2), --help and --version (0)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if extras:
+        print("error: " + unknown_arguments_line(parser, args, extras), file=sys.stderr)
+        return 2
     from rich.console import Console  # here, not at the top: --help and usage errors print without rich
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=output_width())
+    formatted = warnings.formatwarning
+    if not args.debug:  # a library's warning as one line, without its source file and line
+        warnings.formatwarning = _one_line_warning
     try:
         return args.func(args, console)
     except TrainingStopped as e:  # a checkpoint was written: not an error, a pause
@@ -74,6 +81,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {unexpected_error_line(e)} (unexpected: run again with --debug for the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = formatted
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ARG001
+    """``warnings.formatwarning`` of the command line: ``warning: MESSAGE`` on one line (``--debug`` keeps
+    Python's form, with the file, line and category). Only the text changes: warnings recorded by
+    ``catch_warnings(record=True)`` (a test's ``pytest.warns``) are recorded as before."""
+    return "warning: " + " ".join(str(message).split()) + "\n"
+
+
+def unknown_arguments_line(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> str:
+    """One line for arguments the command does not take: each unknown option with the closest the command
+    has (``--sortt``: did you mean ``--sort``?), else the options it has."""
+    import difflib
+
+    names = [parser.prog]
+    while True:  # down to the (sub)command that was given: `yaml info`, `data check`
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub is not None else None
+        if sub is None or name not in sub.choices:
+            break
+        parser = sub.choices[name]
+        names.append(name)
+    command = " ".join(names)
+    options = sorted({o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"})
+    unknown = [a for a in extras if a.startswith("-")]
+    if not unknown:
+        return f"{command}: unexpected argument(s) {' '.join(extras)} (`{command} --help` lists what it takes)"
+    parts = []
+    for option in unknown:
+        bare = {o.lstrip("-"): o for o in options}  # compared without the dashes every option shares
+        close = difflib.get_close_matches(option.split("=", 1)[0].lstrip("-"), list(bare), n=1, cutoff=0.6)
+        parts.append(f"{option}: did you mean {bare[close[0]]}?" if close else option)
+    known = f"its options: {', '.join(options)}" if options else "it takes no options"
+    return f"{command}: unknown option {'; '.join(parts)} ({known}; `{command} --help` says more)"
+
+
+PIPED_WIDTH = 1 << 16
+"""The width rich lays out to when standard output is not a terminal (a file, a pipe, CI): wide enough
+that no table cell or line is cut or wrapped; a table is as wide as its content."""
+
+
+def output_width() -> int | None:
+    """None (the terminal's width) on a terminal or when ``COLUMNS`` is set, else :data:`PIPED_WIDTH`: rich
+    would lay piped output out at 80 columns and cut or fold what is wider."""
+    try:
+        terminal = os.isatty(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # a replaced stdout (a test's capture, an IDE)
+        terminal = False
+    return None if terminal or os.environ.get("COLUMNS") else PIPED_WIDTH
 
 
 def unexpected_error_line(e: BaseException) -> str:

@@ -31,7 +31,7 @@ def test_empty_class_folder_is_an_error(tmp_path):
     root = make_folder(tmp_path / "d", n_train=2, n_val=1)
     (root / "train" / "owl").mkdir()
     (root / "train" / "owl" / "readme.txt").write_text("x")
-    with pytest.raises(DataError, match=r"train class folder .*owl has no images \(1 other file\(s\) ignored"):
+    with pytest.raises(DataError, match=r"owl: a train class folder with no images \(1 other file\(s\) ignored"):
         load_splits(root)
 
 

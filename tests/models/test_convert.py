@@ -82,3 +82,20 @@ def test_to_transformers_loads_with_auto_model_for_image_classification(run, tmp
         to_transformers(post_norm, "vit_tiny_patch16_224", out, img_size=(16, 16))
     assert (out / "model.safetensors").read_bytes() == before and other == "ViTModel"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]  # no temporary folder left
+
+
+def test_to_transformers_without_transformers_writes_nothing_unless_unchecked(run, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from tests.cli_errors import one_line_error
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else find_spec(name, *a))
+    out = tmp_path / "hf"
+    assert main(["convert", str(run), "--to", "transformers", "-o", str(out)]) == 2
+    one_line_error(capsys.readouterr().err, "transformers is not installed here", "nothing was written", "--unchecked")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert main(["convert", str(run), "--to", "transformers", "-o", str(out), "--unchecked"]) == 0
+    assert "NOT checked: transformers is not installed here; written because --unchecked was given" in " ".join(
+        capsys.readouterr().out.split())
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]

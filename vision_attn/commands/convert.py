@@ -27,12 +27,13 @@ def _cmd_convert(args: argparse.Namespace, console: Console) -> int:
                          img_size=run.img_size, inserted=inserted)
     else:
         result = to_transformers(run.model, name, args.output, class_names=run.classes, img_size=run.img_size,
-                                 inserted=inserted)
+                                 inserted=inserted, unchecked=args.unchecked)
     checked = (f"checked in {result.peer}: largest difference from ours {result.max_diff:.2e}"
-               if result.max_diff is not None else f"not checked: {result.peer} is not installed here")
+               if result.max_diff is not None else
+               f"NOT checked: {result.peer} is not installed here; written because --unchecked was given")
     if args.json:
         print(json.dumps({"path": str(result.path), "peer": result.peer, "load": result.load,
-                          "max_diff": result.max_diff}, indent=2))
+                          "max_diff": result.max_diff, "checked": result.max_diff is not None}, indent=2))
         return 0
     console.print(f"{run.label}: wrote {result.path} for {result.peer} ({checked})", markup=False, soft_wrap=True)
     console.print(f"load it with: {result.load}", markup=False, soft_wrap=True)
@@ -49,5 +50,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("run", metavar="RUN", help="a classification run folder (runs/NAME) or its best.ckpt")
     p.add_argument("--to", choices=("timm", "transformers"), required=True, help="the library to write for")
     p.add_argument("-o", "--output", help="timm: the .safetensors (or .pth) file; transformers: the folder")
+    p.add_argument("--unchecked", action="store_true",
+                   help="--to transformers without transformers installed: write the folder although it cannot be "
+                   "checked (without this flag nothing is written)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_convert)

@@ -14,32 +14,22 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from vision_attn.analysis import FlopReport
-
-
-def _model_row(name: str) -> tuple[FlopReport, dict[str, Any]]:
-    from vision_attn.analysis import count_model_flops  # torch loads here
-
-    report = count_model_flops(name)  # meta device: nothing allocated, nothing computed
-    row = {"name": name, "params": report.params, "macs": report.macs, "gmacs": round(report.gmacs, 4),
-           "img_size": list(report.input_shape[-2:])}
-    return report, row
-
 
 def models_table(names: Sequence[str], title: str | None = None) -> tuple[Table, list[dict[str, Any]]]:
-    """A table (and JSON rows) of registered variants: parameters, GMACs at their default size."""
+    """A table (and JSON rows) of registered variants: parameters, GMACs at their default size (counted once
+    per version of the code: vision_attn.analysis.model_table)."""
     from rich.table import Table
+
+    from vision_attn.analysis.model_table import model_rows  # torch loads here
 
     table = Table(title=title, caption=CONVENTIONS["macs"] + ".", caption_justify="left")
     table.add_column("model")
     table.add_column("params (M)", justify="right")
     table.add_column("GMACs", justify="right")
     table.add_column("image", justify="right")
-    rows = []
-    for name in names:
-        report, row = _model_row(name)
-        rows.append(row)
-        table.add_row(name, f"{report.params / 1e6:.2f}", f"{report.gmacs:.2f}", size_text(row["img_size"]))
+    rows = model_rows(names)
+    for row in rows:
+        table.add_row(row["name"], f"{row['params'] / 1e6:.2f}", f"{row['macs'] / 1e9:.2f}", size_text(row["img_size"]))
     return table, rows
 
 

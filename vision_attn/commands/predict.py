@@ -79,7 +79,7 @@ def _cmd_predict(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``predict``."""
-    p = sub.add_parser("predict", help="predict for images or a video: `predict cls|det --checkpoint RUN "
+    p = sub.add_parser("predict", help=f"predict for images or a video: `predict {'|'.join(TASK_NAMES)} --checkpoint RUN "
                        "IMAGES...|VIDEO [-o OUT]`",
                        description="cls: top-k labels with probabilities; det: boxes with classes and scores (with "
                        "-o OUT: the images with boxes drawn and detections.json); seg: boxes and masks (COCO RLE; with -o OUT "

@@ -17,11 +17,34 @@ TASK_HELP = ("cls: image classification; det: object detection; seg: instance se
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 
 
+def _check_early(rest: list[str], task: str) -> None:
+    """Before torch and Lightning load: each ``--config`` file found and its YAML read, and the keys of the
+    files and of ``--section.key`` arguments checked against those the task's parser last had for this
+    code (vision_attn.io.config_keys): a mistyped path, a broken file or an unknown key is reported at
+    once, with the ConfigError the full parse gives."""
+    from vision_attn.errors import ConfigError
+    from vision_attn.io.config_keys import unknown_key
+    from vision_attn.io.resources import training_config
+    from vision_attn.io.yaml import read_yaml
+
+    documents = []
+    for i, a in enumerate(rest):
+        value = a.partition("=")[2] if a.startswith("--config=") else (a if i and rest[i - 1] == "--config" else None)
+        if value:
+            path = training_config(value, task)  # type: ignore[arg-type]
+            documents.append((str(path), read_yaml(path, what="training config")))
+    problem = unknown_key(task, rest, documents)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
 def _cmd_train(args: argparse.Namespace, console: Console) -> int:
+    rest = list(args.args)
+    if not any(a in ("-h", "--help") for a in rest):
+        _check_early(rest, args.task)
     from vision_attn.tasks import dump_config, get_task, parse_train_config, train  # Lightning loads here
     from vision_attn.tasks.registry import build_train_parser
 
-    rest = list(args.args)
     if any(a in ("-h", "--help") for a in rest):
         build_train_parser(args.task).print_help()
         return 0

@@ -28,12 +28,15 @@ from PIL import Image, UnidentifiedImageError
 from vision_attn.errors import DataError
 
 __all__ = ["IMAGE_EXTENSIONS", "SKIP_HINT", "Problem", "Faults", "FaultMode", "DECODE_ERRORS", "walk_images", "decode_problem",
-           "image_reason", "image_size", "verify_images"]
+           "image_reason", "image_size", "verify_images", "quick_problem", "screen_images", "MAX_LISTED"]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 SKIP_HINT = "replace or delete it, or pass --data.skip_bad_images true to skip unreadable images"
 
 FaultMode = Literal["raise", "skip", "collect"]
+MAX_LISTED = 100  # problems named in one error message (`vision-attn data check` lists every one)
+# how a complete file ends: a JPEG with its end-of-image marker, a PNG with its IEND chunk
+_COMPLETE_TAIL = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}
 # what PIL raises for a file it cannot decode (truncated, not an image, too large, corrupt, gone)
 DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
@@ -45,12 +48,13 @@ class Problem:
     path: str
     reason: str
     where: str | None = None
+    fix: str | None = field(default=None, compare=False)  # how to repair it (in an error, not in reports)
 
     def text(self) -> str:
         return f"{self.path}{', ' + self.where if self.where else ''}: {self.reason}"
 
     def as_dict(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "fix"}
 
 
 @dataclass
@@ -73,7 +77,7 @@ class Faults:
     def bad(self, path: str | os.PathLike, reason: str, where: str | None = None, *,
             fix: str = "replace or delete it") -> None:
         """A problem: raised as a DataError (``"raise"``), else recorded; ``fix`` says how to repair it."""
-        problem = Problem(os.fspath(path), reason, where)
+        problem = Problem(os.fspath(path), reason, where, fix)
         if self.mode == "raise":
             raise DataError(f"{problem.text()}; {fix}, or pass --data.skip_bad_images true to skip it")
         self.problems.append(problem)
@@ -82,6 +86,21 @@ class Faults:
         """A change the checks made (counted under ``kind``)."""
         self.notes.append(Problem(os.fspath(path), reason, where))
         self.counts[kind] += 1
+
+    def raise_problems(self, what: str) -> None:
+        """A DataError listing every problem met (the first :data:`MAX_LISTED`), if there is one; ``what``
+        names the data set. Training gathers a set's problems with ``"collect"`` and stops with this."""
+        if not self.problems:
+            return
+        if len(self.problems) == 1:  # the error the first problem raises under "raise"
+            p = self.problems[0]
+            raise DataError(f"{p.text()}; {p.fix or 'replace or delete it'}, or pass --data.skip_bad_images true "
+                            f"to skip it")
+        listed = "; ".join(p.text() for p in self.problems[:MAX_LISTED])
+        more = (f"; ... and {len(self.problems) - MAX_LISTED} more (vision-attn data check lists them all)"
+                if len(self.problems) > MAX_LISTED else "")
+        raise DataError(f"{what}: {len(self.problems)} problem(s) that stop training: {listed}{more}; "
+                        f"repair or delete them, or pass --data.skip_bad_images true to skip unreadable images")
 
     def report(self, max_notes: int = 200) -> dict:
         """What ``metrics.json`` records under ``data``: every skipped file, the counts, the first notes."""
@@ -228,6 +247,38 @@ def image_size(path: str | os.PathLike, faults: Faults) -> tuple[int, int] | Non
     except DECODE_ERRORS as e:
         faults.bad(path, image_reason(e))
         return None
+
+
+def quick_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` would not decode, found cheaply: a broken or looping link, a header no format
+    recognises (not an image, empty), a JPEG or PNG that does not end as a complete one does (then
+    decoded in full to be sure: some writers add bytes after the end). None for a file that passes."""
+    broken = _link_problem(os.fspath(path))
+    if broken is not None:
+        return broken
+    try:
+        with Image.open(path) as img:  # the header only
+            tail_marker = _COMPLETE_TAIL.get(img.format or "")
+        if tail_marker is None:
+            return None
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64))
+            tail = f.read()
+    except DECODE_ERRORS as e:
+        return image_reason(e)
+    if tail.rstrip(b"\0\r\n ").endswith(tail_marker):
+        return None
+    return decode_problem(path)[0]
+
+
+def screen_images(paths: Iterable[str | os.PathLike], faults: Faults, threads: int = 4) -> None:
+    """:func:`quick_problem` of every image (``threads`` at a time); each problem goes to ``faults.bad``."""
+    paths = [os.fspath(p) for p in paths]
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for path, reason in zip(paths, pool.map(quick_problem, paths, chunksize=64)):
+            if reason is not None:
+                faults.bad(path, reason)
 
 
 def verify_images(paths: Iterable[str | os.PathLike], faults: Faults, threads: int = 4,

@@ -3,8 +3,8 @@
 A folder holds one subfolder per class (sorted names give the labels 0..C-1); images may lie in
 nested folders below a class folder (links followed once, :func:`~vision_attn.data.faults.walk_images`).
 Files with other extensions (``.txt``, ``.csv``, ``.DS_Store``) and hidden files are ignored and
-counted. A class folder without images and a ``val`` class that ``train`` lacks are errors that name
-the folder; an empty image, a broken or looping link go to the scan's
+counted. A class folder without images is a problem of the scan's Faults when they are collected
+(else an error naming the folder), a ``val`` class that ``train`` lacks an error naming the folder; an empty image, a broken or looping link go to the scan's
 :class:`~vision_attn.data.faults.Faults` (an error naming the file by default). Decoding (PIL) happens
 when a sample is read; an image that does not decode raises a :class:`DataError` naming the file,
 unless the images were decoded first (``skip_bad_images``: :func:`~vision_attn.data.faults.verify_images`),
@@ -88,9 +88,12 @@ def scan_folder(root: str | Path, classes: Sequence[str] | None = None, *, role:
         samples += [(p, index[name]) for p in paths]
         ignored += n_other
         if not paths and len(faults.problems) == n_problems:
-            raise DataError(
-                f"{role} class folder {root / name} has no images ({n_other} other file(s) ignored; images are "
-                f"{', '.join(sorted(IMAGE_EXTENSIONS))}); add images or remove the folder")
+            detail = f"{n_other} other file(s) ignored; images are {', '.join(sorted(IMAGE_EXTENSIONS))}"
+            if faults.mode != "collect":  # skipping images cannot make a class
+                raise DataError(f"{role} class folder {root / name} has no images ({detail}); add images or "
+                                f"remove the folder")
+            faults.bad(root / name, f"a {role} class folder with no images ({detail})",
+                       fix="add images or remove the folder")
     return FolderScan(root=root, classes=list(classes), samples=samples, ignored=ignored)
 
 

@@ -212,7 +212,7 @@ def pack_shards(folder: str | os.PathLike, out: str | os.PathLike, *, shard_size
         raise ConfigError(f"--split {split!r}: choose train, val or all")
     out = Path(out)
     splits = load_splits(folder, val_fraction=val_fraction, split_seed=split_seed, skip_bad_images=skip_bad_images,
-                         threads=threads)
+                         threads=threads, screen=False)  # packed as they are unless skipping: bytes copied, not read
     _check_output(out, splits.root)
     chosen = SPLITS if split == "all" else (split,)
     index: dict[str, Any] = {"format": FORMAT, "version": VERSION, "classes": splits.classes,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 __all__ = ["Kind", "ShippedConfig", "configs_root", "shipped_configs", "find_shipped", "resolve_path",
-           "without_scale", "KINDS"]
+           "without_scale", "KINDS", "training_config"]
 
 Kind = Literal["model", "cls", "det", "seg"]
 KINDS: dict[str, tuple[str, ...]] = {"model": ("models",), "cls": ("train", "classify"), "det": ("train", "detect"),
@@ -91,6 +91,20 @@ def find_shipped(name: str, kinds: Iterable[Kind] = ("model", "cls", "det", "seg
         return found[stem]
     plain, scale = without_scale(stem + ".yaml")
     return found.get(Path(plain).stem) if scale else None
+
+
+def training_config(value: str, kind: Kind) -> Path:
+    """``--config VALUE`` of ``train KIND``: the file, else the shipped training config of that name; a
+    ConfigError naming it otherwise (imports nothing heavy: the command checks it before torch loads)."""
+    from vision_attn.errors import ConfigError
+
+    if Path(value).expanduser().is_file():
+        return Path(value).expanduser()
+    shipped = find_shipped(value, (kind,)) if kind in KINDS else None  # a registered task may ship none
+    if shipped is None:
+        raise ConfigError(f"--config {value}: no such file, and no shipped {kind} config of that name; "
+                          f"`vision-attn configs` lists them")
+    return shipped
 
 
 def resolve_path(value: str | os.PathLike, *, base: str | os.PathLike | None = None,

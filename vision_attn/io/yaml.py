@@ -45,8 +45,22 @@ DETECTOR_LIMITS = replace(CONFIG_LIMITS, aliases=False)
 
 
 def _fail(source: str, mark: Any, message: str) -> ConfigError:
-    where = f"line {mark.line + 1}: " if mark is not None else ""
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     return ConfigError(f"{source}: {where}{message}; nothing was built or written")
+
+
+_CHARACTER_NAMES = {"\t": "a tab", "\r": "a carriage return", "\x00": "a NUL byte", "\ufeff": "a byte-order mark"}
+
+
+def _character_at(text: str | None, mark: Any) -> str | None:
+    """The character of ``text`` at ``mark`` (PyYAML's C parser reports where, not what), named."""
+    if text is None or mark is None:
+        return None
+    lines = text.split("\n")
+    if not 0 <= mark.line < len(lines) or not 0 <= mark.column < len(lines[mark.line]):
+        return None
+    char = lines[mark.line][mark.column]
+    return f"{_CHARACTER_NAMES[char]} ({char!r})" if char in _CHARACTER_NAMES else repr(char)
 
 
 def check_yaml(text: str, source: str = "<yaml text>", limits: YamlLimits = CONFIG_LIMITS) -> None:
@@ -103,15 +117,19 @@ def check_yaml(text: str, source: str = "<yaml text>", limits: YamlLimits = CONF
                 raise _fail(source, event.start_mark, f"the document expands to more than {limits.max_nodes:,} "
                             "nodes (aliases expanded): an alias bomb or a file far larger than any configuration")
     except yaml.YAMLError as e:
-        raise _yaml_error(source, e, limits) from None
+        raise _yaml_error(source, e, limits, text) from None
 
 
-def _yaml_error(source: str, e: yaml.YAMLError, limits: YamlLimits) -> ConfigError:
+def _yaml_error(source: str, e: yaml.YAMLError, limits: YamlLimits, text: str | None = None) -> ConfigError:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     problem = getattr(e, "problem", None) or " ".join(str(e).split())
     if "nesting depth" in problem:  # libyaml's own bound (1,000) met before the events reach ours
         return _fail(source, mark, f"nesting deeper than the limit of {limits.max_depth} levels")
-    return _fail(source, mark, f"not valid YAML ({problem})")
+    char = _character_at(text, mark)
+    if char is not None and "found character that" in problem:  # the C parser leaves the character out
+        problem = problem.replace("found character that", f"found {char}, a character that", 1)
+    hint = "; YAML indents with spaces: replace the tab with spaces" if char and char.startswith("a tab") else ""
+    return _fail(source, mark, f"not valid YAML ({problem}){hint}")
 
 
 def load_yaml(text: str, source: str = "<yaml text>", limits: YamlLimits = CONFIG_LIMITS) -> Any:
@@ -124,7 +142,7 @@ def load_yaml(text: str, source: str = "<yaml text>", limits: YamlLimits = CONFI
         raise _fail(source, e.problem_mark, f"not a safe YAML document ({e.problem}): write plain YAML without "
                     "!!python tags or other constructors") from None
     except yaml.YAMLError as e:
-        raise _yaml_error(source, e, limits) from None
+        raise _yaml_error(source, e, limits, text) from None
 
 
 def check_file_size(path: str | os.PathLike, limits: YamlLimits = CONFIG_LIMITS, *, what: str = "YAML file") -> None:

@@ -2,8 +2,9 @@
 
 Each is checked before it is kept: the peer builds its own model from what was written, and its
 outputs must equal ours on the same input (1e-4), else nothing is written and the error says what
-differs. timm (a dependency of vision_attn) always checks; ``transformers`` checks when it is
-installed (the result says when it was not).
+differs. timm (a dependency of vision_attn) always checks; without ``transformers`` installed a
+transformers folder cannot be checked and is not written unless asked for unchecked (``unchecked=True``,
+``--unchecked``; the result says it was not checked).
 
 - :func:`to_timm`: our ViT, DeiT, DINOv2, CLIP and Swin state dicts already carry timm's keys; the
   file loads with ``timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=PATH),
@@ -154,10 +155,16 @@ def transformers_type(name: str) -> str:
 
 
 def to_transformers(model: nn.Module, name: str, folder: str | Path, *, class_names: Sequence[str] = (),
-                    img_size: tuple[int, int], inserted: bool = False) -> Converted:
+                    img_size: tuple[int, int], inserted: bool = False, unchecked: bool = False) -> Converted:
     """Write ``model`` as a transformers folder (``config.json``, ``model.safetensors``) at ``folder``,
-    with ``class_names`` as its ``id2label``; checked with transformers when it is installed."""
+    with ``class_names`` as its ``id2label``, once transformers has loaded it and given our outputs.
+    Without transformers installed: a CheckpointError before anything is written, unless ``unchecked``
+    (then written, and the result's ``max_diff`` is None)."""
     what = f"convert to transformers ({name})"
+    if not unchecked and importlib.util.find_spec("transformers") is None:
+        raise CheckpointError(f"{what}: transformers is not installed here, so the folder cannot be loaded there "
+                              "and checked; nothing was written. Install it (pip install transformers) and run "
+                              "again, or pass --unchecked to write the folder unchecked")
     if inserted:
         raise CheckpointError(f"{what}: the run inserted attention blocks, which transformers' models do not "
                               "have; convert a run without inserted blocks")

@@ -9,7 +9,6 @@ is a :class:`ConfigError` naming the closest known key; so is a value of the wro
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import re
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from vision_attn.errors import ConfigError, VisionAttnError
-from vision_attn.io.resources import KINDS, find_shipped, resolve_path
+from vision_attn.io.config_keys import closest, remember_keys, scalar_kinds, wanted
+from vision_attn.io.resources import KINDS, resolve_path, training_config
 from vision_attn.io.yaml import CONFIG_LIMITS, check_file_size, check_yaml
 from vision_attn.tasks.task import Task
 
@@ -123,16 +123,7 @@ def config_keys(parser) -> list[str]:
     return sorted(set(keys))
 
 
-def _closest(key: str, keys: Sequence[str], task: str = "cls") -> str:
-    key = key.lstrip("-").replace("-", "_")
-    section = key.rsplit(".", 1)[0] if "." in key else ""
-    pool = [k for k in keys if k.startswith(section + ".")] if section else list(keys)
-    close = difflib.get_close_matches(key, pool or keys, n=1, cutoff=0.6)
-    if not close:  # compare the last part only: 'trainer.max_epoch' -> 'trainer.max_epochs'
-        tails = {k.rsplit(".", 1)[-1]: k for k in pool or keys}
-        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], tails, n=1, cutoff=0.75)
-        close = [tails[hit[0]]] if hit else []
-    return f"did you mean {close[0]}?" if close else f"run `vision-attn train {task} --help` for the keys"
+_closest = closest  # the suggestion the command gives before the parser loads (vision_attn.io.config_keys)
 
 
 def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> ConfigError:
@@ -150,8 +141,20 @@ def _config_error(e: Exception, keys: Sequence[str], task: str = "cls") -> Confi
         return ConfigError(f"unknown config key {m.group(1)!r}: {_closest(m.group(1), keys, task)}")
     m = re.search(r"Parser key \"([\w.]+)\": (.*)", text)
     if m:
-        return ConfigError(f"config key {m.group(1)!r}: {m.group(2)}")
+        return ConfigError(f"config key {m.group(1)!r}: {_type_error(m.group(2))}")
     return ConfigError(f"training configuration: {text}")
+
+
+def _type_error(detail: str) -> str:
+    """jsonargparse's rejection of a value's type (``Expected a <class 'int'>. Got value: abc``, ``Does not
+    validate against any of the Union subtypes ...``) in words: the value given and what to give."""
+    union = re.search(r"Subtypes: \[(.*?)\]", detail)
+    types = re.findall(r"<class '(\w+)'>", union.group(1) if union else detail.split("Got value", 1)[0])
+    given = re.search(r"(?:Given value|Got value): (.*?)\s*$", detail)
+    if not types or given is None:
+        return detail
+    text = wanted(types)
+    return f"{given.group(1)!r} is not {text}: give {text}"
 
 
 _BOOL_FLAGS = ("--resume", "--overwrite")
@@ -162,14 +165,7 @@ _DASHED = {"--ckpt-path": "--ckpt_path", "--runs-dir": "--runs_dir", "--print-co
 def _config_file(value: str, task: Task) -> str:
     """``--config VALUE``: a file, else a shipped training config of the task (``demo_digits``); refused
     by its size here, before jsonargparse reads it whole."""
-    if Path(value).expanduser().is_file():
-        path = value
-    else:
-        shipped = find_shipped(value, (task.name,)) if task.name in KINDS else None  # type: ignore[arg-type]
-        if shipped is None:
-            raise ConfigError(f"--config {value}: no such file, and no shipped {task.name} config of that name; "
-                              f"`vision-attn configs` lists them")
-        path = str(shipped)
+    path = value if Path(value).expanduser().is_file() else str(training_config(value, task.name))  # type: ignore[arg-type]
     check_file_size(Path(path).expanduser(), CONFIG_LIMITS, what="training config")
     return path
 
@@ -200,6 +196,7 @@ def parse_train_config(args: Sequence[str] | Mapping[str, Any] | None, task: Tas
     directory, then the shipped configs."""
     parser = build_train_parser(task)
     keys = config_keys(parser)
+    remember_keys(task.name, keys, scalar_kinds(parser._actions))  # checked by later commands before Lightning loads
     try:
         if isinstance(args, Mapping):
             cfg = parser.parse_object(dict(args))

@@ -22,6 +22,8 @@ from vision_attn.io.atomic import format_bytes, free_space
 __all__ = ["RunFolder"]
 
 _RUN_MARKERS = ("config.yaml", "last.ckpt", "best.ckpt", "metrics.json")
+# what a run writes before its first step: a folder of these alone is a start that never trained
+_BEFORE_FIRST_STEP = frozenset({"config.yaml", "kernels.json", "csv", "tensorboard", "resumes.json"})
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class RunFolder:
 
     def check(self, *, resume: bool, overwrite: bool, main_process: bool = True) -> None:
         """The rules of :meth:`prepare`, checked without touching anything: a new run needs a free (or
-        empty) folder, or ``overwrite`` for a previous run's folder; ``resume`` needs ``last.ckpt``.
+        empty) folder, a folder a start left before its first step (:meth:`unstarted`), or ``overwrite``
+        for a previous run's folder; ``resume`` needs ``last.ckpt``.
         Other processes of a multi-process run find the folder their main process made."""
         if resume:
             if not self.last.is_file():
@@ -52,12 +55,26 @@ class RunFolder:
                 raise TrainingError(f"{self.path}: no last.ckpt to resume from; {other}")
             return
         if main_process and self.path.exists() and any(self.path.iterdir()):
-            if not overwrite:
+            if not overwrite and not self.unstarted():
                 raise TrainingError(f"run folder {self.path} already exists: pass --resume true to continue it, "
                                     f"--overwrite true to replace it, or --name OTHER for a new run")
             if not any((self.path / m).exists() for m in _RUN_MARKERS):
                 raise TrainingError(f"{self.path} is not a run folder (no {', '.join(_RUN_MARKERS)}); refusing to "
                                     f"delete it: choose another --name or --runs_dir")
+
+    def unstarted(self) -> bool:
+        """The folder holds only what a run writes before its first step (its configuration, kernel plan,
+        empty logs): a start that failed or was killed before training, which a new run may replace."""
+        try:
+            names = {e.name for e in os.scandir(self.path)}
+        except OSError:
+            return False
+        return "config.yaml" in names and "kernels.json" in names and names <= _BEFORE_FIRST_STEP
+
+    def discard_unstarted(self) -> None:
+        """Remove the folder if :meth:`unstarted` (nothing of a trained step in it)."""
+        if self.unstarted():
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def check_room(self, checkpoint_bytes: int) -> None:
         """Before training starts: the folder exists or can be created, can be written, and its file

@@ -221,6 +221,7 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         default_root_dir=run.path, enable_progress_bar=progress, plugins=[checkpoint_io],
         use_distributed_sampler=False), list(trainer_cfg),
         (ValueError, TypeError, MisconfigurationException))
+    _check_schedule_length(trainer)
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: give 1 or more (or null for PyTorch's default)")
     # --ckpt_path into a new folder starts it (a branch of another run); into a run's folder continues it
@@ -259,26 +260,60 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         say(f"resuming from {ckpt_path} at step {resumed.step} (epoch {resumed.epoch})")
     fit_start = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except VisionAttnError as e:
-        raise unwrap_worker_error(e) from None
-    except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
-        raise _named_config_error("trainer", e, list(trainer_cfg)) from None
-    if trainer.interrupted:
-        raise KeyboardInterrupt
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        except VisionAttnError as e:
+            raise unwrap_worker_error(e) from None
+        except MisconfigurationException as e:  # a Trainer argument Lightning checks only once fitting starts
+            raise _named_config_error("trainer", e, list(trainer_cfg)) from None
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+    except BaseException:
+        if main_process and not continuing and trainer.global_step == 0:
+            run.discard_unstarted()  # a start that failed before its first step leaves no run folder
+        raise
+    measured = dict(trainer.callback_metrics)  # the fit's (its training loss); a validation below replaces them
+    final_best = None
     if trainer.limit_val_batches != 0 and module.last_val_step != trainer.global_step:
-        # training stopped between validations (max_steps, max_time): measure the final weights too
-        trainer.validate(module, datamodule=datamodule, verbose=False)
+        # training stopped between validations (max_steps, max_time, check_val_every_n_epoch): measure the
+        # final weights too
+        _validate_final(trainer, module, datamodule)
+        measured.update(trainer.callback_metrics)
         if not run.best.is_file():
             trainer.save_checkpoint(run.best)
+            final_best = metric_value(measured, task.monitor)  # best.ckpt holds these weights
     fit_seconds = time.perf_counter() - fit_start
     if not trainer.is_global_zero:
         return TrainResult(run.path, {})
     metrics = _finish(run, trainer, module, datamodule, cfg, task,
-                      run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None))
+                      run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
+                      measured, final_best)
     say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
         f"run folder: {run.path}")
     return TrainResult(run.path, metrics)
+
+
+def _validate_final(trainer, module, datamodule) -> None:
+    """Validate the final weights, logged under the epoch that trained them: after fitting, Lightning's
+    ``current_epoch`` counts the epochs run, one past the last epoch's index (the curves would plot this
+    point an epoch after its training loss)."""
+    progress = trainer.fit_loop.epoch_progress.current
+    shift = 1 if progress.completed > 0 else 0
+    progress.completed -= shift
+    try:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    finally:
+        progress.completed += shift
+
+
+def _check_schedule_length(trainer) -> None:
+    """The learning-rate schedules run over the whole training (``estimated_stepping_batches``): a run
+    without an end (``max_epochs: -1`` and no ``max_steps``, Lightning's "train until stopped") has none;
+    a ConfigError before anything is written."""
+    if trainer.fit_loop.max_epochs == -1 and trainer.max_steps == -1:
+        raise ConfigError("config key trainer.max_epochs=-1 (train until stopped) leaves the learning-rate schedule "
+                          "without a length: give trainer.max_steps N with it, or a number of epochs "
+                          "(--trainer.max_epochs N)")
 
 
 def checkpoint_bytes(module: torch.nn.Module) -> int:
@@ -288,17 +323,21 @@ def checkpoint_bytes(module: torch.nn.Module) -> int:
     return 4 * weights + 2**20
 
 
-def _finish(run: RunFolder, trainer, module, datamodule, cfg, task: Task, common: dict[str, Any]) -> dict[str, Any]:
-    """Write model.safetensors, the curves, the task's own figures and metrics.json; return the metrics."""
+def _finish(run: RunFolder, trainer, module, datamodule, cfg, task: Task, common: dict[str, Any],
+            measured: Mapping[str, Any], final_best: float | None) -> dict[str, Any]:
+    """Write model.safetensors, the curves, the task's own figures and metrics.json; return the metrics.
+    ``measured``: the fit's logged metrics with the final validation's over them; ``final_best``: the
+    monitored value of the final weights when best.ckpt holds them (no validation during the fit)."""
     save_final_weights(run, trainer, module)
+    common["files"] = {k: v for k, v in common["files"].items() if (run.path / v).exists()}  # what was written
     with torch.device("meta"):  # a copy without memory or arithmetic: the trained one may be compiled
         shadow, label = task.shadow(module, cfg)
     flops = count_flops(shadow, cfg.data.img_size, name=label)
     plot_curves(epoch_history(run.csv), run.path, task.panels)
     callback = trainer.checkpoint_callback
     best = callback.best_model_score if callback is not None else None
-    metrics = task.report(run, trainer.callback_metrics, module, datamodule, cfg, flops=flops,
-                          best=None if best is None else float(best), common=common)
+    best = final_best if best is None else float(best)
+    metrics = task.report(run, measured, module, datamodule, cfg, flops=flops, best=best, common=common)
     write_json(run.metrics, metrics)
     return metrics
 

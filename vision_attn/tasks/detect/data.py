@@ -14,7 +14,7 @@ from typing import Any, Literal
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, collate_detection, open_detection
-from vision_attn.data.faults import Faults
+from vision_attn.data.faults import Faults, screen_images
 from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.tasks.data_module import ResumableDataModule
@@ -87,23 +87,34 @@ class DetectionDataModule(ResumableDataModule):
         """The transform's mask arguments (none for detection)."""
         return {}
 
-    def _open(self, split: str, train: bool) -> Any:
+    def _open(self, split: str, train: bool, faults: Faults) -> Any:
         hp = self.hparams
         transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
                                        scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
                                        shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
                                        seed=hp.seed if train else None, **self.mask_options())
-        dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=self.faults,
+        dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=faults,
                                  masks=self.masks)
-        if self.faults.mode != "raise":  # decoded once now, so that no bad image reaches training
-            dataset.verify(threads=max(1, os.cpu_count() or 1))
+        threads = max(1, os.cpu_count() or 1)
+        if faults.mode == "skip":  # decoded once now, so that no bad image reaches training
+            dataset.verify(threads=threads)
+        else:  # gathering every problem of the set: each image screened (header, ending)
+            screen_images([r.path for r in dataset.records], faults, threads)
         return dataset
 
     def scan(self) -> "DetectionDataModule":
-        """Open (and check) both splits once; also what :meth:`setup` calls."""
+        """Open (and check) both splits once; also what :meth:`setup` calls. Without ``skip_bad_images``
+        every problem of both splits is gathered first and one DataError lists them all."""
         if self.train_set is None:
-            self.train_set = self._open("train", train=True)
-            self.val_set = self._open("val", train=False)
+            gather = self.faults.mode == "raise"
+            faults = Faults("collect") if gather else self.faults
+            train_set, val_set = self._open("train", True, faults), self._open("val", False, faults)
+            if gather:
+                faults.raise_problems(f"data {self.hparams.data}")
+                self.faults.notes += faults.notes
+                self.faults.counts.update(faults.counts)
+                train_set.faults = val_set.faults = self.faults  # a fault met later (when read) raises
+            self.train_set, self.val_set = train_set, val_set
             if list(self.train_set.names) != list(self.val_set.names):
                 raise DataError(f"{self.hparams.data}: the train and val splits name different classes "
                                 f"({self.train_set.names} vs {self.val_set.names})")

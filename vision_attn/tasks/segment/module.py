@@ -60,6 +60,13 @@ class SegmentationModule(DetectionModule):
                                   max_det=hp.max_det, multi_label=True)
         return [{**with_rle(d), "input_boxes": d["input_boxes"], "input_masks": d["input_masks"]} for d in found]
 
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        fresh = self._samples is None
+        super().validation_step(batch, batch_idx)
+        if fresh and self._samples is not None:  # predictions.png outlines the true masks too
+            for truth, masks in zip(self._samples["truths"], batch["masks"]):
+                truth["masks"] = masks.cpu().numpy()
+
     def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
         return {**super().sample_prediction(det), "masks": det["input_masks"]}
 

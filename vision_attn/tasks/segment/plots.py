@@ -9,7 +9,7 @@ import numpy as np
 
 from vision_attn.tasks.detect.plots import PALETTE, draw_boxes, prediction_grid, save_image
 
-__all__ = ["SEGMENTATION_PANELS", "draw_masks", "draw_segments", "segment_grid", "save_image"]
+__all__ = ["SEGMENTATION_PANELS", "draw_masks", "draw_outlines", "draw_segments", "segment_grid", "save_image"]
 
 SEGMENTATION_PANELS = (("loss.png", ("train/loss_epoch", "train/box", "train/seg", "train/cls", "train/dfl"), "loss"),
                        ("map.png", ("val/mAP50", "val/mAP50-95", "val/mask_mAP50", "val/mask_mAP50-95"), "mAP (%)"))
@@ -31,6 +31,21 @@ def draw_masks(image: np.ndarray, masks: np.ndarray, labels: Sequence[int], alph
     return out
 
 
+def draw_outlines(image: np.ndarray, masks: np.ndarray, color: tuple[int, int, int] = (255, 255, 255),
+                  thickness: int = 1) -> np.ndarray:
+    """A copy of ``image`` with the outline of each binary mask (N, h, w) drawn in ``color``: the ground
+    truth's shapes (resized to the image, nearest)."""
+    out = np.ascontiguousarray(image.copy())
+    h, w = out.shape[:2]
+    for mask in np.asarray(masks):
+        m = mask.astype(np.uint8)
+        if m.shape != (h, w):
+            m = cv2.resize(m, (w, h), interpolation=cv2.INTER_NEAREST)
+        contours, _ = cv2.findContours(m, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(out, contours, -1, color, thickness)
+    return out
+
+
 def draw_segments(image: np.ndarray, masks: np.ndarray, boxes: np.ndarray, labels: Sequence[int],
                   names: Sequence[str], scores: Sequence[float] | None = None, thickness: int = 2) -> np.ndarray:
     """Masks blended and boxes drawn with class names (and scores): what ``predict seg -o`` writes."""
@@ -40,11 +55,15 @@ def draw_segments(image: np.ndarray, masks: np.ndarray, boxes: np.ndarray, label
 def segment_grid(images, predictions: Sequence[dict], truths: Sequence[dict], names: Sequence[str],
                  min_score: float = 0.25) -> np.ndarray:
     """:func:`~vision_attn.tasks.detect.plots.prediction_grid` with each prediction's ``masks`` (m, h, w)
-    blended under its boxes."""
+    blended under its boxes, and the outlines of each truth's ``masks`` (white) where it has them."""
+    truth_masks = iter([t.get("masks") for t in truths])  # the tiles are drawn in order
+
     def underlay(tile: np.ndarray, pred: dict, kept: np.ndarray) -> np.ndarray:
-        masks = pred.get("masks")
-        if masks is None or not len(masks):
-            return tile
-        return draw_masks(tile, np.asarray(masks)[kept], np.asarray(pred["labels"])[kept])
+        masks, truth = pred.get("masks"), next(truth_masks, None)
+        if masks is not None and len(masks):
+            tile = draw_masks(tile, np.asarray(masks)[kept], np.asarray(pred["labels"])[kept])
+        if truth is not None and len(truth):
+            tile = draw_outlines(tile, truth)
+        return tile
 
     return prediction_grid(images, predictions, truths, names, min_score, underlay=underlay)
