@@ -9,7 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands._runtime import add_runtime_argument, runtime_of
-from vision_attn.commands.train import TASK_HELP
+from vision_attn.commands.train import TASK_HELP, TASK_NAMES
 
 if TYPE_CHECKING:
     from rich.console import Console
