@@ -134,9 +134,10 @@ def test_installed_script():
     assert done.stderr == ""  # no warnings on import
 
 
-def test_piped_output_is_not_cut_at_80_columns(capsys, tmp_path):
+def test_piped_output_is_not_cut_at_80_columns(capsys, tmp_path, monkeypatch):
     """With standard output a pipe or a file (CI, a log), rich lays tables out at their full width: no
     description, output shape or path is cut or folded."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # pytest-xdist's workers set COLUMNS=80
     from vision_attn.io.resources import shipped_configs
 
     import os
