@@ -216,8 +216,13 @@ class VisionTransformer(TimmContract, nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.head
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head)."""
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head). As timm's,
+        ``global_pool`` replaces the pooling (None keeps it): ``"token"``, ``"avg"``, ``""`` (none: the
+        model returns the tokens (B, N, D)) or ``"map"`` (only where the attention pool exists; another
+        choice drops it)."""
+        if global_pool is not None:
+            self._set_pool(global_pool)
         self.num_classes = num_classes
         device = next(self.parameters()).device
         make = lambda: (nn.Linear(self.embed_dim, num_classes, bias=self.head_bias, device=device)  # noqa: E731
@@ -230,6 +235,19 @@ class VisionTransformer(TimmContract, nn.Module):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+
+    def _set_pool(self, global_pool: str) -> None:
+        if global_pool not in ("token", "avg", "map", ""):
+            raise ConfigError(f"global_pool={global_pool!r}: choose 'token', 'avg', 'map' or '' (no pooling)")
+        if global_pool == "map" and self.attn_pool is None:
+            raise ConfigError("global_pool='map': this model has no attention pool to use (build it with global_pool='map')")
+        if global_pool == "token" and self.cls_token is None:
+            raise ConfigError("global_pool='token' needs a class token; this model has none")
+        if self.distilled and global_pool != "token":
+            raise ConfigError("a distilled model (DeiT) pools its class and distillation tokens: global_pool='token' only")
+        if global_pool != "map":
+            self.attn_pool = None
+        self.global_pool = global_pool
 
     def set_distilled_training(self, enable: bool = True) -> None:
         """DeiT: return (cls, dist) logits in training (True, the default) or their mean (False)."""
@@ -277,6 +295,8 @@ class VisionTransformer(TimmContract, nn.Module):
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, D): the class token, the mean of the patch tokens, or the attention
         pool over the patch tokens (``"map"``)."""
+        if not self.global_pool:
+            return x
         if self.global_pool == "map":
             return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
         if self.global_pool == "avg":
