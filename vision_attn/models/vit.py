@@ -41,7 +41,8 @@ from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm"]
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm",
+           "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
 torch.fx.wrap("resample_abs_pos_embed")
@@ -349,6 +350,19 @@ class VisionTransformer(TimmContract, nn.Module):
         self.reset_classifier(0)
 
     # ---------------------------------------------------------------- checkpoints
+    def file_head_width(self, state_dict: dict[str, torch.Tensor]) -> int | None:
+        """The head a CLIP file carries as part of the tower: an OpenAI CLIP / open_clip image projection
+        ``proj`` (D, E) gives E; an open_clip timm trunk its own head's width (0: none, SigLIP's). None
+        for other layouts, whose head is a classifier. :func:`~vision_attn.models.create_model` builds
+        that head when not given ``num_classes`` (timm's configuration of these towers)."""
+        if _is_openai_clip(state_dict):
+            proj = state_dict.get("visual.proj", state_dict.get("proj"))
+            return None if proj is None else proj.shape[1]
+        if _is_open_clip_trunk(state_dict):
+            head = next((v for k, v in state_dict.items() if k.endswith("trunk.head.weight")), None)
+            return 0 if head is None else head.shape[0]
+        return None
+
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Recognise a timm/vision_attn, torchvision, official DINOv2 or OpenAI CLIP / open_clip state
         dict, map it to our keys and resample the position table to this model's grid."""
@@ -357,6 +371,8 @@ class VisionTransformer(TimmContract, nn.Module):
         elif _is_openai_clip(state_dict):
             head_bias = isinstance(self.head, nn.Linear) and self.head.bias is not None
             state_dict = openai_clip_to_timm(state_dict, head_bias=head_bias)
+        elif _is_open_clip_trunk(state_dict):
+            state_dict = open_clip_trunk_to_timm(state_dict)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -561,6 +577,38 @@ def openai_clip_to_timm(state_dict: dict[str, torch.Tensor], head_bias: bool = T
                 out["head.bias"] = value.new_zeros(value.shape[0])
         assert new not in out, f"two CLIP keys map to {new}"
         out[new] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# open_clip's towers built on a timm model (open_clip/timm_model.py TimmModel: SigLIP, ViT-*-SigLIP*,
+# the timm_model_name configs), a full CLIP state dict (the tower under ``visual.``) or the tower alone:
+#   visual.trunk.<timm key> / trunk.<timm key>   -> <timm key> (timm's own layout, unchanged: the trunk
+#                                                   is built by timm.create_model with global_pool=timm_pool
+#                                                   and num_classes 0 (timm_proj "none") or the embedding
+#                                                   width (its head is then the projection))
+#   the text tower (text.*, logit_scale, logit_bias) -> dropped, as above
+# Refused, by key: open_clip's own head over the trunk (visual.head.*: timm_proj "linear"/"mlp", or its
+# attention pools "abs_attn"/"rot_attn"), which has no counterpart here.
+def _is_open_clip_trunk(state_dict: dict[str, torch.Tensor]) -> bool:
+    return any(k.startswith(("visual.trunk.", "trunk.")) for k in state_dict)
+
+
+def open_clip_trunk_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map an open_clip tower over a timm trunk (see above) to timm's (and our) keys."""
+    prefix = "visual." if any(k.startswith("visual.trunk.") for k in state_dict) else ""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if prefix and not key.startswith(prefix):
+            if key.split(".", 1)[0] in _CLIP_TEXT_TOWER:
+                continue
+            raise CheckpointError(f"open_clip checkpoint: key {key!r} is neither the image tower (visual.*) nor a "
+                                  f"part of the text tower vision_attn drops; remove it")
+        rest = key[len(prefix):]
+        if not rest.startswith("trunk."):
+            raise CheckpointError(f"open_clip checkpoint: key {key!r} has no counterpart in vision_attn's ViT "
+                                  f"(open_clip's projection or pooling over a timm trunk is not supported)")
+        out[rest[len("trunk."):]] = value
     return out
 
 
