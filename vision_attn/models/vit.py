@@ -35,7 +35,8 @@ from vision_attn.layers import (
     resample_abs_pos_embed,
     sincos_2d,
 )
-from vision_attn.layers.pos_embed import check_pos_embed_kind
+from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
@@ -61,7 +62,11 @@ class VisionTransformer(TimmContract, nn.Module):
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
     ``act_layer`` a class or a name of :data:`~vision_attn.layers.ACT_LAYERS` (``"quick_gelu"``);
     ``ffn_layer`` a class or a name of :data:`~vision_attn.layers.FFN_LAYERS` (``"swiglu"``);
-    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s). ``dynamic_img_size`` is accepted as
+    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s); ``pos_embed_interp`` how a learned
+    table meets another grid: ``"timm"`` (antialiased bicubic, timm's; a file's table is resampled to
+    the model's grid when loaded) or ``"transformers"`` (bicubic without antialiasing at run time, as
+    transformers' ViT, DeiT and DINOv2 compute it); ``pos_embed_grid`` the grid the table is stored at
+    (default: ``img_size``'s; a transformers folder keeps its own, to be resampled at run time). ``dynamic_img_size`` is accepted as
     timm's argument and changes nothing: every size runs (timm's models need it for other sizes). Named, they are plain data that a
     run records (a model read from a transformers folder states them so).
     CLIP's towers take ``pre_norm=True`` (a norm ``norm_pre`` over the embedded tokens before the
@@ -101,6 +106,8 @@ class VisionTransformer(TimmContract, nn.Module):
         reg_tokens: int = 0,
         no_embed_class: bool = False,
         pos_embed: Literal["learn", "sincos2d", "rope", "none"] = "learn",
+        pos_embed_interp: Literal["timm", "transformers"] = "timm",
+        pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
         fc_norm: bool | None = None,
         block: str | type[nn.Module] = "pre",
@@ -124,6 +131,9 @@ class VisionTransformer(TimmContract, nn.Module):
         if not isinstance(dynamic_img_size, bool):
             raise ConfigError(f"dynamic_img_size={dynamic_img_size!r}: give True or False (any multiple of the patch "
                               "size runs either way)")
+        if pos_embed_interp not in POS_EMBED_INTERPS:
+            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {POS_EMBED_INTERPS} (how a "
+                              f"position table is resampled to another grid: timm's or transformers' way)")
         if global_pool not in ("token", "avg", "map"):
             raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
                               f"tokens) or 'map' (attention pooling with a learned query, SigLIP)")
@@ -166,7 +176,9 @@ class VisionTransformer(TimmContract, nn.Module):
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
         self.mask_token = nn.Parameter(torch.zeros(1, embed_dim)) if mask_token else None
-        embed_len = self.patch_embed.num_patches + (0 if self.no_embed_class else self.num_prefix_tokens)
+        self.pos_embed_interp = pos_embed_interp
+        self.pos_embed_grid = self.patch_embed.grid_size if pos_embed_grid is None else to_2tuple(pos_embed_grid)
+        embed_len = math.prod(self.pos_embed_grid) + (0 if self.no_embed_class else self.num_prefix_tokens)
         self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
         self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
@@ -271,7 +283,8 @@ class VisionTransformer(TimmContract, nn.Module):
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if self.pos_embed is not None:
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-            pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.patch_embed.grid_size, n_pos_prefix)
+            pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.pos_embed_grid, n_pos_prefix,
+                                         antialias=self.pos_embed_interp == "timm")
         elif self.pos_embed_kind == "sincos2d":
             pos = self._sincos.get((h, w, D, x.device, x.dtype),
                                    lambda: sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None], x)  # (1, h*w, D)
@@ -384,7 +397,8 @@ class VisionTransformer(TimmContract, nn.Module):
             n_grid = pos.shape[1] - n_prefix
             side = math.isqrt(max(n_grid, 0))
             if side * side == n_grid and pos.shape[-1] == self.embed_dim:
-                state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.patch_embed.grid_size, (side, side), n_prefix)
+                state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.pos_embed_grid, (side, side), n_prefix,
+                                                                 antialias=self.pos_embed_interp == "timm")
         return state_dict
 
 
