@@ -35,6 +35,8 @@ from vision_attn.layers import (
     resample_abs_pos_embed,
     sincos_2d,
 )
+from vision_attn.layers.eva_attention import EvaAttention
+from vision_attn.layers.eva_rope import RopeEva
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
@@ -57,7 +59,9 @@ class VisionTransformer(TimmContract, nn.Module):
     size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
-    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "none"``; ``global_pool`` in
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "learn_rope" | "none"``
+    (``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
+    ``rope_ref_grid``, default the patch grid; it needs ``attn_class=EvaAttention``); ``global_pool`` in
     ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
     ``act_layer`` a class or a name of :data:`~vision_attn.layers.ACT_LAYERS` (``"quick_gelu"``);
@@ -105,7 +109,8 @@ class VisionTransformer(TimmContract, nn.Module):
         distilled: bool = False,
         reg_tokens: int = 0,
         no_embed_class: bool = False,
-        pos_embed: Literal["learn", "sincos2d", "rope", "none"] = "learn",
+        pos_embed: Literal["learn", "sincos2d", "rope", "learn_rope", "none"] = "learn",
+        rope_ref_grid: int | tuple[int, int] | None = None,
         pos_embed_interp: Literal["timm", "transformers"] = "timm",
         pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
@@ -166,7 +171,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
         self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
-        self.no_embed_class = no_embed_class or pos_embed != "learn"
+        self.no_embed_class = no_embed_class or pos_embed not in ("learn", "learn_rope")
 
         # timm's rule: a pre-normed (CLIP) tower's patch projection has no bias
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim,
@@ -179,8 +184,13 @@ class VisionTransformer(TimmContract, nn.Module):
         self.pos_embed_interp = pos_embed_interp
         self.pos_embed_grid = self.patch_embed.grid_size if pos_embed_grid is None else to_2tuple(pos_embed_grid)
         embed_len = math.prod(self.pos_embed_grid) + (0 if self.no_embed_class else self.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
-        self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed in ("learn", "learn_rope") else None
+        if pos_embed == "learn_rope":
+            if not issubclass(getattr(attn_class, "func", attn_class), EvaAttention):
+                raise ConfigError("pos_embed='learn_rope' rotates channels in pairs: it needs attn_class=EvaAttention")
+            self.rope = RopeEva(embed_dim // num_heads, rope_ref_grid or self.patch_embed.grid_size)
+        else:
+            self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
         self.pos_drop = nn.Dropout(drop_rate)
         self.norm_pre = norm_layer(embed_dim) if pre_norm else nn.Identity()

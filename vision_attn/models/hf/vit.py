@@ -51,6 +51,7 @@ from torch import nn
 from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import StateDict
 from vision_attn.layers import Attention, Block, LayerScale, Mlp, SwiGLU
+from vision_attn.layers.mlp import mlp_ratio_for
 from vision_attn.models.hf.family import (Config, Family, Name, inverse_table, lookup, num_labels, register_family,
                                           strip_prefix)
 
@@ -317,15 +318,6 @@ class _Reader:
         return ACTIVATIONS[value]
 
 
-def _mlp_ratio(hidden: int, dim: int) -> float:
-    """The ratio whose ``int(dim * ratio)`` (what our Block computes) is ``hidden``."""
-    ratio = hidden / dim
-    while int(dim * ratio) < hidden:
-        ratio = math.nextafter(ratio, math.inf)
-    assert int(dim * ratio) == hidden, (hidden, dim, ratio)
-    return ratio
-
-
 def _common(c: _Reader) -> tuple[int, dict[str, Any]]:
     """The embedding width and the sizes every family states."""
     dim, heads = c.int("hidden_size"), c.int("num_attention_heads")
@@ -372,7 +364,7 @@ _DINOV2_REG_NAMES = {f"vit_{s}_patch14_reg4_dinov2": v for s, v in _DINOV2_SIZES
 
 
 def _vit_mlp(c: _Reader, dim: int) -> dict[str, Any]:
-    return dict(mlp_ratio=_mlp_ratio(c.int("intermediate_size"), dim), ffn_layer="mlp", act_layer=c.act(),
+    return dict(mlp_ratio=mlp_ratio_for(c.int("intermediate_size"), dim), ffn_layer="mlp", act_layer=c.act(),
                 init_values=None, no_embed_class=False)
 
 
@@ -408,10 +400,10 @@ def _dinov2_mlp(c: _Reader, dim: int) -> dict[str, Any]:
     hidden = int(dim * c.number("mlp_ratio"))
     if c.flag("use_swiglu_ffn"):
         half = (int(hidden * 2 / 3) + 7) // 8 * 8
-        return dict(mlp_ratio=_mlp_ratio(2 * half, dim), ffn_layer="swiglu", act_layer="silu")
+        return dict(mlp_ratio=mlp_ratio_for(2 * half, dim), ffn_layer="swiglu", act_layer="silu")
     if hidden <= 0:
         raise c._bad("mlp_ratio", c.get("mlp_ratio"), "a ratio giving a hidden width > 0")
-    return dict(mlp_ratio=_mlp_ratio(hidden, dim), ffn_layer="mlp", act_layer=c.act())
+    return dict(mlp_ratio=mlp_ratio_for(hidden, dim), ffn_layer="mlp", act_layer=c.act())
 
 
 def _dinov2_args(config: Config, state_dict: StateDict) -> tuple[str, dict[str, Any]]:
