@@ -221,3 +221,15 @@ def test_timm_clip_file_with_a_classifier_loads_headless(tmp_path):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert_close(ours(x), peer.forward_head(peer.forward_features(x), pre_logits=True), 1e-5)
+
+
+def test_open_clip_training_checkpoint_loads_with_its_projection(tmp_path):
+    """open_clip's training script saves {"epoch", "name", "state_dict"} with DDP's module. prefix."""
+    peer = open_clip_model(quick_gelu=False)
+    path = tmp_path / "epoch_1.pt"
+    torch.save({"epoch": 1, "name": "run", "state_dict": {f"module.{k}": v for k, v in peer.state_dict().items()}}, path)
+    small = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    ours = vision_attn.create_model("vit_base_patch32_clip_224", pretrained=path, **small, patch_size=16).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert_close(ours(x), peer.encode_image(x), 1e-4)
