@@ -110,3 +110,25 @@ def test_the_checks_are_timms_conventions(name):
     x = torch.randn(2, *model.pretrained_cfg["input_size"]) if small else torch.randn(2, 3, 64, 96)
     check_default_cfgs(model, x)
     check_forward_intermediates(timm.create_model(name, pretrained=False, num_classes=5, **small).eval(), x)
+
+
+def test_reset_classifier_global_pool_values():
+    """timm's global_pool argument on each family: '' leaves the output unpooled (ViT: the tokens; Swin:
+    the NHWC map; ResNet: the NCHW map), another pooling replaces the current one, unknown values and a
+    classifier over unpooled ResNet maps are refused."""
+    x = torch.randn(1, 3, 56, 56)
+    vit = vision_attn.create_model("vit_small_patch14_dinov2", **_small("vit_small_patch14_dinov2", img_size=56)).eval()
+    vit.reset_classifier(0, "")
+    assert vit(x).shape == (1, 1 + 16, 48)
+    vit.reset_classifier(3, "avg")
+    assert vit.global_pool == "avg" and vit(x).shape == (1, 3)
+    with pytest.raises(vision_attn.ConfigError, match="global_pool"):
+        vit.reset_classifier(0, "max")
+    swin = vision_attn.create_model("swin_tiny_patch4_window7_224", **_small("swin_tiny_patch4_window7_224")).eval()
+    swin.reset_classifier(4, "")
+    assert swin(torch.randn(1, 3, 64, 64)).shape == (1, 2, 2, 4)  # logits per position, as timm's
+    resnet = vision_attn.create_model("resnet18", num_classes=5).eval()
+    with pytest.raises(vision_attn.ConfigError, match="pooled"):
+        resnet.reset_classifier(5, "")
+    resnet.reset_classifier(0, "")
+    assert resnet(torch.randn(1, 3, 64, 64)).shape == (1, 512, 2, 2)
