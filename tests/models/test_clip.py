@@ -136,3 +136,100 @@ def test_open_clip_unknown_keys_are_named(tmp_path, key):
     torch.save(state, path)
     with pytest.raises(CheckpointError, match=key.replace(".", r"\.")):
         vision_attn.create_model("vit_base_patch16_clip_quickgelu_224", pretrained=path, **{**SMALL, "num_classes": 24})
+
+
+# ------------------------------------------------------------------------------------------------
+# timm's convention for the towers' heads: num_classes=0 gives the pooled features before the
+# projection; without num_classes an open_clip file's projection is the head (timm's configuration)
+def _pre_projection(peer: open_clip.model.CLIP, x: torch.Tensor) -> torch.Tensor:
+    """open_clip's pooled class token before ``proj``: ln_post's output (it normalises every token
+    before pooling, open_clip's default) at the class token, read by a hook."""
+    seen = []
+    handle = peer.visual.ln_post.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        peer.encode_image(x)
+    handle.remove()
+    return seen[0][:, 0]
+
+
+@pytest.mark.parametrize("tower_only", [False, True])
+def test_open_clip_file_headless_and_with_its_projection(tmp_path, tower_only):
+    peer = open_clip_model(quick_gelu=False)
+    path = tmp_path / "open_clip.pt"
+    torch.save(peer.visual.state_dict() if tower_only else peer.state_dict(), path)
+    small = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    x = torch.randn(2, 3, 64, 64)
+    timm_tower = timm.create_model("vit_base_patch32_clip_224", pretrained=False, **{**small, "patch_size": 16,
+                                                                                  "num_classes": 24}).eval()
+    # timm's converter reads the full CLIP state dict (visual.*): the same tensors as the tower's file
+    timm_tower.load_state_dict(timm.models.vision_transformer.checkpoint_filter_fn(peer.state_dict(), timm_tower))
+
+    headless = vision_attn.create_model("vit_base_patch32_clip_224", pretrained=path, num_classes=0,
+                                        **small, patch_size=16).eval()
+    assert isinstance(headless.head, torch.nn.Identity)
+    with torch.no_grad():
+        assert_close(headless(x), _pre_projection(peer, x), 1e-4)
+        assert_close(headless(x), timm_tower.forward_head(timm_tower.forward_features(x), pre_logits=True), 1e-4)
+
+    tower = vision_attn.create_model("vit_base_patch32_clip_224", pretrained=path, **small, patch_size=16).eval()
+    assert tower.num_classes == tower.head.out_features == 24  # the projection, not a new 1000-class head
+    with torch.no_grad():
+        assert_close(tower(x), peer.encode_image(x), 1e-4)
+        assert_close(tower(x), timm_tower(x), 1e-4)
+
+
+def open_clip_siglip_tower() -> open_clip.timm_model.TimmModel:
+    """open_clip's SigLIP image tower (ViT-B-16-SigLIP's vision_cfg: timm_model_name
+    vit_base_patch16_siglip_224, timm_pool "map", timm_proj "none"), small: built as open_clip builds it
+    (on the meta device), with its trunk made by the same timm.create_model call at a small size."""
+    with torch.device("meta"):
+        tower = open_clip.timm_model.TimmModel("vit_base_patch16_siglip_224", 768, image_size=224, pool="map",
+                                               proj="none")
+    small = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    tower.trunk = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, num_classes=0,
+                                    global_pool="map", **small)
+    return randomise(tower).eval()
+
+
+@pytest.mark.parametrize("prefix", ["visual.", ""])
+def test_open_clip_siglip_tower_loads(tmp_path, prefix):
+    """An open_clip SigLIP file (the tower under visual. beside the text tower's keys, or the tower
+    alone) loads: its timm trunk's keys, no head (timm's num_classes=0), the same image embedding."""
+    peer = open_clip_siglip_tower()
+    state = {prefix + k: v for k, v in peer.state_dict().items()}
+    if prefix:
+        state.update({"logit_scale": torch.ones([]), "logit_bias": torch.zeros([]),
+                      "text.token_embedding.weight": torch.zeros(10, 4)})
+    path = tmp_path / "siglip.pt"
+    torch.save(state, path)
+    small = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    x = torch.randn(2, 3, 64, 64)
+    for kwargs in ({}, {"num_classes": 0}):
+        ours = vision_attn.create_model("vit_base_patch16_siglip_224", pretrained=path, **small, **kwargs).eval()
+        assert ours.num_classes == 0
+        with torch.no_grad():
+            assert_close(ours(x), peer(x), 1e-4)
+
+
+def test_timm_clip_file_with_a_classifier_loads_headless(tmp_path):
+    """timm's own file with a 1000-class head, asked for num_classes=0: the head is dropped, as timm does."""
+    kwargs = {**SMALL, "patch_size": 16}
+    peer = randomise(timm.create_model("vit_base_patch32_clip_224", pretrained=False, **kwargs)).eval()
+    path = tmp_path / "timm.pth"
+    torch.save(peer.state_dict(), path)
+    ours = vision_attn.create_model("vit_base_patch32_clip_224", pretrained=path, **{**kwargs, "num_classes": 0}).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert_close(ours(x), peer.forward_head(peer.forward_features(x), pre_logits=True), 1e-5)
+
+
+def test_open_clip_training_checkpoint_loads_with_its_projection(tmp_path):
+    """open_clip's training script saves {"epoch", "name", "state_dict"} with DDP's module. prefix."""
+    peer = open_clip_model(quick_gelu=False)
+    path = tmp_path / "epoch_1.pt"
+    torch.save({"epoch": 1, "name": "run", "state_dict": {f"module.{k}": v for k, v in peer.state_dict().items()}}, path)
+    small = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    ours = vision_attn.create_model("vit_base_patch32_clip_224", pretrained=path, **small, patch_size=16).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert_close(ours(x), peer.encode_image(x), 1e-4)

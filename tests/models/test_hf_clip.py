@@ -49,20 +49,20 @@ class Case:
     legacy_prefix: bool = False  # 4.x saved this class under vision_model.
 
 
-def _pooled(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model(pixel_values=x).pooler_output
+def _pooled(model: nn.Module, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    return model(pixel_values=x, **kwargs).pooler_output
 
 
-def _embeds(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model(pixel_values=x).image_embeds
+def _embeds(model: nn.Module, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    return model(pixel_values=x, **kwargs).image_embeds
 
 
-def _image_features(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model.get_image_features(pixel_values=x).pooler_output
+def _image_features(model: nn.Module, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    return model.get_image_features(pixel_values=x, **kwargs).pooler_output
 
 
-def _tokens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model(pixel_values=x).last_hidden_state
+def _tokens(model: nn.Module, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    return model(pixel_values=x, **kwargs).last_hidden_state
 
 
 CASES = {
@@ -142,27 +142,22 @@ def test_folder_same_outputs_as_transformers(tmp_path, key):
             _close(_ours_output(case, _ours(legacy), x), expected)
 
 
-@pytest.mark.parametrize("key", ["clip_projection", "siglip_vision"])
+@pytest.mark.parametrize("key", list(CASES))
 def test_another_image_size(tmp_path, key):
-    """At 48 px: ours resamples the 4x4 position table to 6x6 with antialiased bicubic interpolation
-    (timm's rule), transformers' interpolate_pos_encoding without antialiasing, by design: their values
-    differ. What is equal: the peer built at 48 px with our resampled table gives our outputs, and our
-    model loaded at 48 px equals the 32 px one run at 48 px (resampled on the fly)."""
+    """At 48 px the folder computes what transformers computes (interpolate_pos_encoding=True: the 4x4
+    table resampled bicubically without antialiasing at run time): built at 48 px (the table kept at
+    the folder's grid) and built at 32 px, run at 48."""
     case = CASES[key]
-    peer = _peer(case)
+    peer = _peer(case).eval()
     folder = tmp_path / "hf"
     peer.save_pretrained(folder)
     ours = _ours(folder, img_size=OTHER)
-    assert ours.patch_embed.grid_size == (OTHER // case.vision.get("patch_size", 8),) * 2
-    state = {k: v for k, v in peer.state_dict().items()}
-    table = next(k for k in state if k.endswith("embeddings.position_embedding.weight"))
-    state[table] = ours.pos_embed.detach()[0]
-    peer_other = getattr(transformers, case.cls)(_config(case, image_size=OTHER)).eval()
-    peer_other.load_state_dict(state)
+    assert ours.pos_embed_grid == (SIZE // case.vision.get("patch_size", 8),) * 2
     x = _image(OTHER)
     with torch.no_grad():
-        _close(ours(x), case.output(peer_other, x))
-        _close(_ours(folder)(x), ours(x))
+        expected = case.output(peer, x, interpolate_pos_encoding=True)
+        _close(_ours_output(case, ours, x), expected)
+        _close(_ours_output(case, _ours(folder), x), expected)
 
 
 def test_dual_config_that_leaves_out_the_defaults(tmp_path):

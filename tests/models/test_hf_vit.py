@@ -19,7 +19,6 @@ from torch import nn
 from tests.models.peer_weights import randomise
 import vision_attn
 from vision_attn.errors import CheckpointError
-from vision_attn.layers import resample_abs_pos_embed
 from vision_attn.models.convert import transformers_type
 from vision_attn.models.hf import FAMILIES, read_transformers_folder
 from vision_attn.models.hf.vit import DEFAULTS
@@ -27,7 +26,7 @@ from vision_attn.models.hf.vit import DEFAULTS
 TINY = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, image_size=32, patch_size=8)
 SIZE = (32, 32)  # the checkpoints' image size (a 4x4 grid)
 OTHER = (32, 48)  # another size (4x6)
-SQUARE = (48, 48)  # transformers' DINOv2 (without registers) resamples its table as a square only
+SQUARE = (48, 48)  # another size, square
 TOL = dict(atol=1e-4, rtol=0)
 
 
@@ -71,9 +70,10 @@ def _image(size: tuple[int, int] = SIZE, channels: int = 3) -> torch.Tensor:
 
 def _peer_out(peer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The peer's logits; a base model's pooled features (ViTModel/DeiTModel: the normalised class
-    token, its pooler_output being the tanh pooler vision_attn drops)."""
+    token, its pooler_output being the tanh pooler vision_attn drops). At another size than its
+    config's, ViT and DeiT interpolate their table only when asked (DINOv2 always does)."""
     with torch.no_grad():
-        out = peer(pixel_values=x)
+        out = peer(pixel_values=x, **_interpolate(peer))
     if getattr(out, "logits", None) is not None:
         return out.logits
     if isinstance(peer, (transformers.ViTModel, transformers.DeiTModel)):
@@ -81,10 +81,14 @@ def _peer_out(peer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out.pooler_output
 
 
+def _interpolate(peer: nn.Module) -> dict[str, bool]:
+    return {"interpolate_pos_encoding": True} if peer.config.model_type in ("vit", "deit") else {}
+
+
 def _tokens(peer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     base = getattr(peer, peer.base_model_prefix, peer)
     with torch.no_grad():
-        return base(pixel_values=x).last_hidden_state
+        return base(pixel_values=x, **_interpolate(peer)).last_hidden_state
 
 
 def _ours(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,19 +136,6 @@ def _count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _resampled_peer(case: Case, peer: nn.Module, size: tuple[int, int]) -> nn.Module:
-    """The peer built at ``size`` with its position table resampled as ours is (antialiased bicubic;
-    transformers' ViT, DeiT and DINOv2 resample without antialiasing, by design other values)."""
-    other = _peer(case, image_size=list(size))
-    state = peer.state_dict()
-    key = next(k for k in state if k.endswith("embeddings.position_embeddings"))
-    old = tuple(s // TINY["patch_size"] for s in SIZE)
-    new = tuple(s // TINY["patch_size"] for s in size)
-    state[key] = resample_abs_pos_embed(state[key], new, old, case.prefix_rows)
-    other.load_state_dict(state)
-    return other.eval()
-
-
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_folder_loads_with_the_peers_outputs(case_name: str, tmp_path: Path) -> None:
     """Both key layouts, with and without a name, at the checkpoint's size and another: our logits (or
@@ -177,18 +168,16 @@ def test_folder_loads_with_the_peers_outputs(case_name: str, tmp_path: Path) -> 
     norms = [m for m in ours.modules() if isinstance(m, nn.LayerNorm)]
     assert {m.eps for m in norms} == {peer.config.layer_norm_eps}
 
-    # another size: built at it (the table resampled at load), and run at it from the checkpoint size
-    size = SQUARE if model_type == "dinov2" else OTHER
-    y = _image(size, channels)
-    if model_type == "dinov2_with_registers":  # resamples as we do (antialiased): the peer's own interpolation
-        other_peer = peer
-    else:
-        other_peer = _resampled_peer(case, peer, size)
-    resized = vision_attn.create_model(pretrained=folder, img_size=size)
-    for model in (resized, ours):
-        out, ours_tokens = _ours(model, y)
-        torch.testing.assert_close(out, _peer_out(other_peer, y), **TOL)
-        torch.testing.assert_close(ours_tokens, _tokens(other_peer, y), **TOL)
+    # other sizes, as the peer computes them (its table interpolated at run time, its own way): built at
+    # one (the table kept at the folder's grid), and run at them from the checkpoint size
+    for size in (SQUARE, OTHER):
+        y = _image(size, channels)
+        resized = vision_attn.create_model(pretrained=folder, img_size=size)
+        assert resized.pos_embed.shape == ours.pos_embed.shape
+        for model in (resized, ours):
+            out, ours_tokens = _ours(model, y)
+            torch.testing.assert_close(out, _peer_out(peer, y), **TOL)
+            torch.testing.assert_close(ours_tokens, _tokens(peer, y), **TOL)
 
 
 VIT_MASK_TOKEN = Case("ViTModel", dict(model_type="vit"), "", extra={"use_mask_token": True})
@@ -354,3 +343,25 @@ def test_published_configs_take_the_closest_name(config: dict, name: str, sizes:
     mask = peer_config.hidden_size if "dinov2" in got else 0  # DINOv2's mask token: ours only when the file has one
     folded = peer_config.hidden_size if "reg4" in got else 0  # the class token's position row, folded into it
     assert _count(model) == _count(peer) - pooler - mask - folded
+
+
+@pytest.mark.parametrize("model_type", ["dinov2", "dinov2_with_registers"])
+def test_dinov2_folder_of_518_px_at_224_and_another_size_computes_what_transformers_does(model_type, tmp_path):
+    """A folder whose config says 518 px (a 37x37 table), run at 224 (16x16) and 168x252: transformers
+    interpolates its table at run time (DINOv2 without antialiasing, with registers with it); ours keeps
+    the table at 37x37 and does the same, built at 518 or at the size it runs at."""
+    cls = transformers.Dinov2Model if model_type == "dinov2" else transformers.Dinov2WithRegistersModel
+    config = transformers.AutoConfig.for_model(model_type, hidden_size=48, num_hidden_layers=1, num_attention_heads=3,
+                                               image_size=518, patch_size=14, mlp_ratio=2)
+    randomise(cls(config)).save_pretrained(str(tmp_path / "hf"))
+    peer = cls.from_pretrained(str(tmp_path / "hf")).eval()
+    for size in [(224, 224), (168, 252)]:
+        x = _image(size)
+        with torch.no_grad():
+            want = peer(pixel_values=x)
+        for img_size in (None, size):
+            ours = vision_attn.create_model(pretrained=tmp_path / "hf", img_size=img_size).eval()
+            assert ours.pos_embed_grid == (37, 37)
+            with torch.no_grad():
+                torch.testing.assert_close(ours(x), want.pooler_output, **TOL)
+                torch.testing.assert_close(ours.forward_features(x), want.last_hidden_state, **TOL)

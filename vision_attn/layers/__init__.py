@@ -12,7 +12,9 @@ from vision_attn.layers.deformable_attention import (
 )
 from vision_attn.layers.drop_path import DropPath, drop_path
 from vision_attn.layers.layer_scale import LayerScale
-from vision_attn.layers.mlp import Mlp, SwiGLU, FFN_LAYERS
+from vision_attn.layers.mlp import Mlp, SwiGLU, SwiGLUNorm, FFN_LAYERS
+from vision_attn.layers.eva_attention import EvaAttention
+from vision_attn.layers.eva_rope import RopeEva, apply_rope_interleaved
 from vision_attn.layers.patch_embed import PatchEmbed, to_2tuple
 from vision_attn.layers.patch_merging import PatchMerging, PatchMergingV2
 from vision_attn.layers.pos_embed import (
@@ -44,7 +46,8 @@ from vision_attn.layers.window_attention import (
 
 __all__ = [
     "Attention", "attend", "record_attention", "AttentionPoolLatent", "QuickGELU", "ACT_LAYERS", "FFN_LAYERS", "BLOCKS", "Block", "PostNormBlock", "LayerNorm6",
-    "DropPath", "drop_path", "LayerScale", "Mlp", "SwiGLU", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
+    "DropPath", "drop_path", "LayerScale", "Mlp", "SwiGLU", "SwiGLUNorm", "EvaAttention", "RopeEva",
+    "apply_rope_interleaved", "PatchEmbed", "to_2tuple", "POS_EMBED_KINDS",
     "Rope2D", "apply_rope", "resample_abs_pos_embed", "sincos_2d",
     "PatchMerging", "WindowAttention", "ShiftedWindows", "window_partition", "window_reverse", "window_index",
     "gather_tokens", "region_mask",

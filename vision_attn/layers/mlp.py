@@ -1,5 +1,8 @@
-"""The Transformer feed-forward networks: the plain MLP and its gated (SwiGLU) form."""
+"""The Transformer feed-forward networks: the plain MLP and its gated (SwiGLU) forms."""
 from __future__ import annotations
+
+import functools
+import math
 
 import torch
 from torch import nn
@@ -67,5 +70,44 @@ class SwiGLU(Mlp):
         return self.drop2(self.fc2(x))
 
 
-FFN_LAYERS: dict[str, type[Mlp]] = {"mlp": Mlp, "swiglu": SwiGLU}
+class SwiGLUNorm(nn.Module):
+    """SwiGLU with a norm over the hidden width before the output projection (EVA-02's sub-LN,
+    timm's ``SwiGLU`` with ``norm_layer``): act(fc1_g(x)) * fc1_x(x) -> dropout -> norm -> fc2.
+    Keys ``fc1_g``, ``fc1_x``, ``norm``, ``fc2`` (timm's); ``hidden_features`` is each branch's width."""
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int | None = None,
+        out_features: int | None = None,
+        act_layer: type[nn.Module] = nn.SiLU,
+        drop: float = 0.0,
+        bias: bool = True,
+        norm_layer: type[nn.Module] = functools.partial(nn.LayerNorm, eps=1e-6),
+    ) -> None:
+        super().__init__()
+        hidden_features = hidden_features or in_features
+        self.fc1_g = nn.Linear(in_features, hidden_features, bias=bias)
+        self.fc1_x = nn.Linear(in_features, hidden_features, bias=bias)
+        self.act = act_layer()
+        self.drop1 = nn.Dropout(drop)
+        self.norm = norm_layer(hidden_features)
+        self.fc2 = nn.Linear(hidden_features, out_features or in_features, bias=bias)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x))  # (..., hidden)
+        return self.drop2(self.fc2(self.norm(x)))
+
+
+def mlp_ratio_for(hidden: int, dim: int) -> float:
+    """The ratio whose ``int(dim * ratio)`` (what a block computes) is ``hidden``."""
+    ratio = hidden / dim
+    while int(dim * ratio) < hidden:
+        ratio = math.nextafter(ratio, math.inf)
+    assert int(dim * ratio) == hidden, (hidden, dim, ratio)
+    return ratio
+
+
+FFN_LAYERS: dict[str, type[nn.Module]] = {"mlp": Mlp, "swiglu": SwiGLU, "swiglu_norm": SwiGLUNorm}
 """Feed-forward networks by name (``ffn_layer="swiglu"``), so that a run records its model as plain data."""

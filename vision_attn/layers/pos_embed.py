@@ -1,10 +1,14 @@
 """Position embeddings, as named options.
 
 - ``"learn"``: a learned table (1, prefix + H*W, D) added to the tokens; resampled bicubically when
-  the grid changes (:func:`resample_abs_pos_embed`, the same rule as timm, so loaded checkpoints agree).
+  the grid changes (:func:`resample_abs_pos_embed`): antialiased, as timm does, or without
+  antialiasing, as transformers' ViT, DeiT and DINOv2 do (:data:`POS_EMBED_INTERPS`, a model's
+  ``pos_embed_interp``), so that a checkpoint computes what its source computes.
 - ``"sincos2d"``: fixed 2D sine-cosine (MoCo v3, big_vision), computed for the run-time grid; no
   parameters and nothing in the state dict.
 - ``"rope"``: 2D rotary embedding applied to queries and keys inside attention (:class:`Rope2D`).
+- ``"learn_rope"``: a learned table and EVA-02's rotary embedding
+  (:class:`~vision_attn.layers.eva_rope.RopeEva`, with :class:`~vision_attn.layers.eva_attention.EvaAttention`).
 - ``"none"``: no position information.
 """
 from __future__ import annotations
@@ -19,8 +23,11 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.layers.tables import Tables
 
-PosEmbedKind = Literal["learn", "sincos2d", "rope", "none"]
-POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "none")
+PosEmbedKind = Literal["learn", "sincos2d", "rope", "learn_rope", "none"]
+POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "learn_rope", "none")
+POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "transformers")
+"""How a learned table is resampled to another grid: ``"timm"`` (antialiased bicubic) or
+``"transformers"`` (bicubic without antialiasing, transformers' ``interpolate_pos_encoding``)."""
 
 
 def check_pos_embed_kind(kind: str) -> str:
@@ -34,9 +41,11 @@ def resample_abs_pos_embed(
     new_grid: tuple[int, int],
     old_grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 1,
+    antialias: bool = True,
 ) -> torch.Tensor:
-    """Resample a learned table (1, prefix + h*w, D) to ``new_grid`` with antialiased bicubic
-    interpolation; the prefix rows (class, distillation tokens) are kept as they are."""
+    """Resample a learned table (1, prefix + h*w, D) to ``new_grid`` with bicubic interpolation in
+    float32 (``antialias``: timm's; without it, transformers' ``interpolate_pos_encoding`` of ViT,
+    DeiT and DINOv2); the prefix rows (class, distillation tokens) are kept as they are."""
     n_grid = pos_embed.shape[1] - num_prefix_tokens
     if old_grid is None:
         side = math.isqrt(n_grid)
@@ -50,7 +59,7 @@ def resample_abs_pos_embed(
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = pos_embed.shape[-1]
     grid = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)  # (1, D, h, w)
-    grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=True, align_corners=False)
+    grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=antialias, align_corners=False)
     grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(pos_embed.dtype)  # (1, H*W, D)
     return torch.cat([prefix, grid], dim=1)
 

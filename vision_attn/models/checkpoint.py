@@ -22,19 +22,30 @@ _HINT = "the file holds another architecture or variant: pick the matching model
 
 
 def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint",
-                   optional: Collection[str] = (), hint: str = _HINT) -> StateDict:
+                   optional: Collection[str] = (), hint: str = _HINT, head_from_file: bool = False) -> StateDict:
     """Map ``state_dict`` to ``model``'s keys and check every key and shape.
 
     Classifier weights (``model.classifier_keys``) of another class count are dropped with a warning,
-    so the model keeps its freshly initialised head. Keys in ``optional`` (blocks added to a
+    so the model keeps its freshly initialised head; a model built without a classifier
+    (``num_classes=0``) drops the file's, as timm does. With ``head_from_file`` (no ``num_classes``
+    asked for) a model that defines ``file_head_width(state_dict)`` first takes the width of a head
+    the file carries as part of the network (a CLIP image projection) with ``reset_classifier``. Keys in ``optional`` (blocks added to a
     pretrained backbone) may be absent from the file, all of them, and then keep their initialisation. Anything else
     that does not fit raises a :class:`CheckpointError` naming the keys, and ``hint`` (what to do).
     """
+    file_head_width = getattr(model, "file_head_width", None)
+    if head_from_file and file_head_width is not None:
+        width = file_head_width(state_dict)
+        if width is not None and width != model.num_classes:
+            model.reset_classifier(width)
     convert = getattr(model, "convert_checkpoint", None)
     if convert is not None:
         state_dict = convert(state_dict)
     own = model.state_dict()
-    head = [k for k in getattr(model, "classifier_keys", ()) if k in own]
+    classifier_keys = getattr(model, "classifier_keys", ())
+    head = [k for k in classifier_keys if k in own]
+    if not head:  # no classifier in the model (num_classes=0): the file's goes, as in timm
+        state_dict = {k: v for k, v in state_dict.items() if k not in classifier_keys}
     refit = [k for k in head if k not in state_dict or state_dict[k].shape != own[k].shape]
     if refit:
         found = ", ".join(f"{k} {tuple(state_dict[k].shape)}" if k in state_dict else f"{k} absent" for k in refit)
@@ -64,16 +75,19 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
     return state_dict
 
 
-def load_checkpoint(model: nn.Module, path: str | Path, optional: Collection[str] = ()) -> nn.Module:
+def load_checkpoint(model: nn.Module, path: str | Path, optional: Collection[str] = (),
+                    head_from_file: bool = False) -> nn.Module:
     """Load the file at ``path`` into ``model`` (any supported layout), strictly apart from a refitted
     head and the ``optional`` keys the file lacks (see :func:`fit_state_dict`)."""
-    return load_state_dict(model, read_state_dict(path), source=str(path), optional=optional)
+    return load_state_dict(model, read_state_dict(path), source=str(path), optional=optional,
+                           head_from_file=head_from_file)
 
 
 def load_state_dict(model: nn.Module, state_dict: StateDict, source: str = "checkpoint",
-                    optional: Collection[str] = (), hint: str = _HINT) -> nn.Module:
+                    optional: Collection[str] = (), hint: str = _HINT, head_from_file: bool = False) -> nn.Module:
     """Fit ``state_dict`` (read from ``source``) to ``model`` and load it (see :func:`fit_state_dict`)."""
-    state_dict = fit_state_dict(model, state_dict, source=source, optional=optional, hint=hint)
+    state_dict = fit_state_dict(model, state_dict, source=source, optional=optional, hint=hint,
+                                head_from_file=head_from_file)
     own = model.state_dict()
     strict = all(k in state_dict for k in own)
     model.load_state_dict(state_dict, strict=strict)

@@ -87,8 +87,10 @@ def create_model(
     """Build the registered model ``name`` (or ``"timm:NAME"``, any timm model).
 
     ``pretrained`` is a local checkpoint (.pth, .pt, .bin, .safetensors) in timm, torchvision,
-    official or vision_attn layout; the layout is recognised from its keys. A ``num_classes`` other
-    than the checkpoint's re-initialises the classifier (with a warning); an ``img_size`` other than
+    official, OpenAI CLIP / open_clip or vision_attn layout; the layout is recognised from its keys. A
+    ``num_classes`` other than the checkpoint's re-initialises the classifier (with a warning), 0 drops
+    it (the model returns pooled features, as timm's); a CLIP file's image projection is the head when
+    ``num_classes`` is not given (timm's configuration of those towers); an ``img_size`` other than
     the checkpoint's resamples the position embedding. ``pretrained`` may also be a Hugging Face
     ``transformers`` folder (``config.json`` + weights, or the weights file in it): the architecture
     and sizes come from its config (``name`` may then be omitted), and the file's head is kept
@@ -139,7 +141,7 @@ def create_model(
     if folder is not None:
         load_transformers(model, folder, optional=new_keys)
     elif pretrained is not None:
-        load_checkpoint(model, pretrained, optional=new_keys)
+        load_checkpoint(model, pretrained, optional=new_keys, head_from_file=num_classes is None)
     if name in _CFGS:
         cfg = _CFGS[name] if folder is None else {**_CFGS[name], **folder.normalisation()}
         model.pretrained_cfg = model.default_cfg = model_cfg(name, cfg, model, img_size)

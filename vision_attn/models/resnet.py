@@ -4,8 +4,8 @@
 torchvision's and timm's ResNet files load) with :class:`~vision_attn.models.contract.TimmContract`:
 five feature levels as timm's ResNets have them (the stem after its ReLU at stride 2, then
 ``layer1..layer4`` at strides 4 to 32), ``forward_features`` (the last map, before pooling),
-``forward_head``, ``num_classes``, ``num_features``, ``reset_classifier`` and gradient checkpointing
-of every residual block.
+``forward_head``, ``num_classes``, ``num_features``, ``reset_classifier`` (with timm's ``global_pool``:
+``"avg"``, or ``""`` for the unpooled map) and gradient checkpointing of every residual block.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 from torchvision.models.resnet import ResNet as TorchvisionResNet
 
+from vision_attn.errors import ConfigError
 from vision_attn.models.contract import TimmContract, run_blocks
 
 __all__ = ["ResNet", "BasicBlock", "Bottleneck"]
@@ -35,6 +36,7 @@ class ResNet(TimmContract, TorchvisionResNet):
         self.num_classes = self.fc.out_features
         self.num_features = self.fc.in_features
         self.grad_checkpointing = False
+        self.global_pool = "avg"
         dilated = list(kwargs.get("replace_stride_with_dilation") or (False, False, False))
         self.feature_info = [dict(num_chs=self.conv1.out_channels, reduction=2, module="relu")]
         reduction = 4
@@ -46,9 +48,17 @@ class ResNet(TimmContract, TorchvisionResNet):
     def get_classifier(self) -> nn.Module:
         return self.fc
 
-    def reset_classifier(self, num_classes: int) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new ``fc`` for ``num_classes`` (torchvision's initialisation); 0: none, the model then
-        returns the pooled features (B, num_features)."""
+        returns the pooled features (B, num_features). As timm's, ``global_pool`` replaces the pooling
+        (None keeps it): ``"avg"``, or ``""``, no pooling, and with no classifier the model returns the
+        last map (B, num_features, H/32, W/32)."""
+        if global_pool is not None:
+            if global_pool not in ("avg", ""):
+                raise ConfigError(f"global_pool={global_pool!r}: choose 'avg' or '' (no pooling)")
+            self.global_pool = global_pool
+        if num_classes > 0 and not self.global_pool:
+            raise ConfigError("reset_classifier: a classifier needs pooled features; with global_pool='' give num_classes=0")
         self.num_classes = num_classes
         device = self.conv1.weight.device
         self.fc = nn.Linear(self.num_features, num_classes, device=device) if num_classes > 0 else nn.Identity()
@@ -60,8 +70,10 @@ class ResNet(TimmContract, TorchvisionResNet):
         return x
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Map (B, C, h, w) -> logits (B, num_classes), or the pooled features (B, C) with ``pre_logits``."""
-        x = torch.flatten(self.avgpool(x), 1)
+        """Map (B, C, h, w) -> logits (B, num_classes), or the pooled features (B, C) with ``pre_logits``
+        (``global_pool=""``: the map as it is)."""
+        if self.global_pool:
+            x = torch.flatten(self.avgpool(x), 1)
         return x if pre_logits else self.fc(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

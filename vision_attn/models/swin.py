@@ -99,16 +99,27 @@ class SwinStage(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """Average over the map (B, H, W, C) -> (B, C), dropout, then ``fc`` (timm's key ``head.fc``)."""
+    """Pool the map (B, H, W, C), dropout, then ``fc`` (timm's key ``head.fc``). ``pool_type``:
+    ``"avg"`` (the mean over the map -> (B, C)) or ``""`` (no pooling, as timm's ``global_pool=''``:
+    the map goes through as it is, NHWC, and ``fc`` acts on each position)."""
 
-    def __init__(self, dim: int, num_classes: int, drop_rate: float = 0.0) -> None:
+    def __init__(self, dim: int, num_classes: int, drop_rate: float = 0.0, pool_type: str = "avg") -> None:
         super().__init__()
+        self.pool_type = check_pool(pool_type)
         self.drop = nn.Dropout(drop_rate)
         self.fc = nn.Linear(dim, num_classes) if num_classes > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.drop(x.mean(dim=(1, 2)))  # (B, C)
+        if self.pool_type:
+            x = x.mean(dim=(1, 2))  # (B, C)
+        x = self.drop(x)
         return x if pre_logits else self.fc(x)
+
+
+def check_pool(pool_type: str) -> str:
+    if pool_type not in ("avg", ""):
+        raise ConfigError(f"global_pool={pool_type!r}: choose 'avg' (mean over the map) or '' (no pooling: the NHWC map)")
+    return pool_type
 
 
 class SwinTransformer(TimmContract, nn.Module):
@@ -132,6 +143,8 @@ class SwinTransformer(TimmContract, nn.Module):
 
     output_fmts = ("NCHW", "NHWC")
     features_only_fmt = "NHWC"
+    output_fmt = "NHWC"
+    """The layout of ``forward_features``' map (B, H, W, C), as timm's Swin says it (``model.output_fmt``)."""
     norm_last_level_only = True
 
     classifier_keys = ("head.fc.weight", "head.fc.bias")
@@ -153,6 +166,7 @@ class SwinTransformer(TimmContract, nn.Module):
         proj_drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.1,
+        global_pool: Literal["avg", ""] = "avg",
         norm_layer: type[nn.Module] = nn.LayerNorm,
         window_rule: Literal["timm", "torchvision"] | WindowRule = "timm",
         block_layer: type[SwinBlock] = SwinBlock,
@@ -201,7 +215,8 @@ class SwinTransformer(TimmContract, nn.Module):
             self.feature_info.append(dict(num_chs=dims[i], reduction=stride * 2**i, module=f"layers.{i}"))
         self.layers = nn.Sequential(*stages)
         self.norm = norm_layer(self.num_features)
-        self.head = ClassifierHead(self.num_features, num_classes, drop_rate)
+        self.head = ClassifierHead(self.num_features, num_classes, drop_rate, global_pool)
+        self.global_pool = global_pool
         self.init_weights()
 
     # ---------------------------------------------------------------- init and bookkeeping
@@ -223,8 +238,12 @@ class SwinTransformer(TimmContract, nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.head.fc
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head with a freshly initialised one for ``num_classes`` (0: no head)."""
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """Replace the head with a freshly initialised one for ``num_classes`` (0: no head); as timm's,
+        ``global_pool`` (``"avg"`` or ``""``: no pooling, the model then returns the NHWC map) replaces
+        the pooling, None keeps it."""
+        if global_pool is not None:
+            self.global_pool = self.head.pool_type = check_pool(global_pool)
         self.num_classes = num_classes
         device = next(self.parameters()).device
         self.head.fc = nn.Linear(self.num_features, num_classes, device=device) if num_classes > 0 else nn.Identity()
@@ -242,7 +261,8 @@ class SwinTransformer(TimmContract, nn.Module):
         return self.norm(self.layers(self.embed(x)))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Map (B, h, w, C) -> logits (B, num_classes), or pooled features (B, C) with ``pre_logits``."""
+        """Map (B, h, w, C) -> logits (B, num_classes), or pooled features (B, C) with ``pre_logits``
+        (with ``global_pool=""``: the map, or logits per position (B, h, w, num_classes))."""
         return self.head(x, pre_logits=pre_logits)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -35,13 +35,17 @@ from vision_attn.layers import (
     resample_abs_pos_embed,
     sincos_2d,
 )
-from vision_attn.layers.pos_embed import check_pos_embed_kind
+from vision_attn.layers.eva_attention import EvaAttention
+from vision_attn.layers.eva_rope import RopeEva
+from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm"]
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm",
+           "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
 torch.fx.wrap("resample_abs_pos_embed")
@@ -55,12 +59,18 @@ class VisionTransformer(TimmContract, nn.Module):
     size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
-    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "none"``; ``global_pool`` in
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "learn_rope" | "none"``
+    (``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
+    ``rope_ref_grid``, default the patch grid; it needs ``attn_class=EvaAttention``); ``global_pool`` in
     ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
     ``act_layer`` a class or a name of :data:`~vision_attn.layers.ACT_LAYERS` (``"quick_gelu"``);
     ``ffn_layer`` a class or a name of :data:`~vision_attn.layers.FFN_LAYERS` (``"swiglu"``);
-    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s). ``dynamic_img_size`` is accepted as
+    ``norm_eps`` every norm's epsilon (default: ``norm_layer``'s); ``pos_embed_interp`` how a learned
+    table meets another grid: ``"timm"`` (antialiased bicubic, timm's; a file's table is resampled to
+    the model's grid when loaded) or ``"transformers"`` (bicubic without antialiasing at run time, as
+    transformers' ViT, DeiT and DINOv2 compute it); ``pos_embed_grid`` the grid the table is stored at
+    (default: ``img_size``'s; a transformers folder keeps its own, to be resampled at run time). ``dynamic_img_size`` is accepted as
     timm's argument and changes nothing: every size runs (timm's models need it for other sizes). Named, they are plain data that a
     run records (a model read from a transformers folder states them so).
     CLIP's towers take ``pre_norm=True`` (a norm ``norm_pre`` over the embedded tokens before the
@@ -99,7 +109,10 @@ class VisionTransformer(TimmContract, nn.Module):
         distilled: bool = False,
         reg_tokens: int = 0,
         no_embed_class: bool = False,
-        pos_embed: Literal["learn", "sincos2d", "rope", "none"] = "learn",
+        pos_embed: Literal["learn", "sincos2d", "rope", "learn_rope", "none"] = "learn",
+        rope_ref_grid: int | tuple[int, int] | None = None,
+        pos_embed_interp: Literal["timm", "transformers"] = "timm",
+        pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
         fc_norm: bool | None = None,
         block: str | type[nn.Module] = "pre",
@@ -123,6 +136,9 @@ class VisionTransformer(TimmContract, nn.Module):
         if not isinstance(dynamic_img_size, bool):
             raise ConfigError(f"dynamic_img_size={dynamic_img_size!r}: give True or False (any multiple of the patch "
                               "size runs either way)")
+        if pos_embed_interp not in POS_EMBED_INTERPS:
+            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {POS_EMBED_INTERPS} (how a "
+                              f"position table is resampled to another grid: timm's or transformers' way)")
         if global_pool not in ("token", "avg", "map"):
             raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
                               f"tokens) or 'map' (attention pooling with a learned query, SigLIP)")
@@ -155,7 +171,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
         self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
-        self.no_embed_class = no_embed_class or pos_embed != "learn"
+        self.no_embed_class = no_embed_class or pos_embed not in ("learn", "learn_rope")
 
         # timm's rule: a pre-normed (CLIP) tower's patch projection has no bias
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim,
@@ -165,9 +181,16 @@ class VisionTransformer(TimmContract, nn.Module):
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
         self.mask_token = nn.Parameter(torch.zeros(1, embed_dim)) if mask_token else None
-        embed_len = self.patch_embed.num_patches + (0 if self.no_embed_class else self.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed == "learn" else None
-        self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
+        self.pos_embed_interp = pos_embed_interp
+        self.pos_embed_grid = self.patch_embed.grid_size if pos_embed_grid is None else to_2tuple(pos_embed_grid)
+        embed_len = math.prod(self.pos_embed_grid) + (0 if self.no_embed_class else self.num_prefix_tokens)
+        self.pos_embed = nn.Parameter(torch.zeros(1, embed_len, embed_dim)) if pos_embed in ("learn", "learn_rope") else None
+        if pos_embed == "learn_rope":
+            if not issubclass(getattr(attn_class, "func", attn_class), EvaAttention):
+                raise ConfigError("pos_embed='learn_rope' rotates channels in pairs: it needs attn_class=EvaAttention")
+            self.rope = RopeEva(embed_dim // num_heads, rope_ref_grid or self.patch_embed.grid_size)
+        else:
+            self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
         self.pos_drop = nn.Dropout(drop_rate)
         self.norm_pre = norm_layer(embed_dim) if pre_norm else nn.Identity()
@@ -216,8 +239,13 @@ class VisionTransformer(TimmContract, nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.head
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head)."""
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """Replace the head(s) with freshly initialised ones for ``num_classes`` (0: no head). As timm's,
+        ``global_pool`` replaces the pooling (None keeps it): ``"token"``, ``"avg"``, ``""`` (none: the
+        model returns the tokens (B, N, D)) or ``"map"`` (only where the attention pool exists; another
+        choice drops it)."""
+        if global_pool is not None:
+            self._set_pool(global_pool)
         self.num_classes = num_classes
         device = next(self.parameters()).device
         make = lambda: (nn.Linear(self.embed_dim, num_classes, bias=self.head_bias, device=device)  # noqa: E731
@@ -230,6 +258,19 @@ class VisionTransformer(TimmContract, nn.Module):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+
+    def _set_pool(self, global_pool: str) -> None:
+        if global_pool not in ("token", "avg", "map", ""):
+            raise ConfigError(f"global_pool={global_pool!r}: choose 'token', 'avg', 'map' or '' (no pooling)")
+        if global_pool == "map" and self.attn_pool is None:
+            raise ConfigError("global_pool='map': this model has no attention pool to use (build it with global_pool='map')")
+        if global_pool == "token" and self.cls_token is None:
+            raise ConfigError("global_pool='token' needs a class token; this model has none")
+        if self.distilled and global_pool != "token":
+            raise ConfigError("a distilled model (DeiT) pools its class and distillation tokens: global_pool='token' only")
+        if global_pool != "map":
+            self.attn_pool = None
+        self.global_pool = global_pool
 
     def set_distilled_training(self, enable: bool = True) -> None:
         """DeiT: return (cls, dist) logits in training (True, the default) or their mean (False)."""
@@ -252,7 +293,8 @@ class VisionTransformer(TimmContract, nn.Module):
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if self.pos_embed is not None:
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-            pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.patch_embed.grid_size, n_pos_prefix)
+            pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.pos_embed_grid, n_pos_prefix,
+                                         antialias=self.pos_embed_interp == "timm")
         elif self.pos_embed_kind == "sincos2d":
             pos = self._sincos.get((h, w, D, x.device, x.dtype),
                                    lambda: sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None], x)  # (1, h*w, D)
@@ -277,6 +319,8 @@ class VisionTransformer(TimmContract, nn.Module):
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, D): the class token, the mean of the patch tokens, or the attention
         pool over the patch tokens (``"map"``)."""
+        if not self.global_pool:
+            return x
         if self.global_pool == "map":
             return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
         if self.global_pool == "avg":
@@ -329,6 +373,19 @@ class VisionTransformer(TimmContract, nn.Module):
         self.reset_classifier(0)
 
     # ---------------------------------------------------------------- checkpoints
+    def file_head_width(self, state_dict: dict[str, torch.Tensor]) -> int | None:
+        """The head a CLIP file carries as part of the tower: an OpenAI CLIP / open_clip image projection
+        ``proj`` (D, E) gives E; an open_clip timm trunk its own head's width (0: none, SigLIP's). None
+        for other layouts, whose head is a classifier. :func:`~vision_attn.models.create_model` builds
+        that head when not given ``num_classes`` (timm's configuration of these towers)."""
+        if _is_openai_clip(state_dict):
+            proj = state_dict.get("visual.proj", state_dict.get("proj"))
+            return None if proj is None else proj.shape[1]
+        if _is_open_clip_trunk(state_dict):
+            head = next((v for k, v in state_dict.items() if k.endswith("trunk.head.weight")), None)
+            return 0 if head is None else head.shape[0]
+        return None
+
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Recognise a timm/vision_attn, torchvision, official DINOv2 or OpenAI CLIP / open_clip state
         dict, map it to our keys and resample the position table to this model's grid."""
@@ -337,6 +394,8 @@ class VisionTransformer(TimmContract, nn.Module):
         elif _is_openai_clip(state_dict):
             head_bias = isinstance(self.head, nn.Linear) and self.head.bias is not None
             state_dict = openai_clip_to_timm(state_dict, head_bias=head_bias)
+        elif _is_open_clip_trunk(state_dict):
+            state_dict = open_clip_trunk_to_timm(state_dict)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -348,7 +407,8 @@ class VisionTransformer(TimmContract, nn.Module):
             n_grid = pos.shape[1] - n_prefix
             side = math.isqrt(max(n_grid, 0))
             if side * side == n_grid and pos.shape[-1] == self.embed_dim:
-                state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.patch_embed.grid_size, (side, side), n_prefix)
+                state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.pos_embed_grid, (side, side), n_prefix,
+                                                                 antialias=self.pos_embed_interp == "timm")
         return state_dict
 
 
@@ -541,6 +601,38 @@ def openai_clip_to_timm(state_dict: dict[str, torch.Tensor], head_bias: bool = T
                 out["head.bias"] = value.new_zeros(value.shape[0])
         assert new not in out, f"two CLIP keys map to {new}"
         out[new] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# open_clip's towers built on a timm model (open_clip/timm_model.py TimmModel: SigLIP, ViT-*-SigLIP*,
+# the timm_model_name configs), a full CLIP state dict (the tower under ``visual.``) or the tower alone:
+#   visual.trunk.<timm key> / trunk.<timm key>   -> <timm key> (timm's own layout, unchanged: the trunk
+#                                                   is built by timm.create_model with global_pool=timm_pool
+#                                                   and num_classes 0 (timm_proj "none") or the embedding
+#                                                   width (its head is then the projection))
+#   the text tower (text.*, logit_scale, logit_bias) -> dropped, as above
+# Refused, by key: open_clip's own head over the trunk (visual.head.*: timm_proj "linear"/"mlp", or its
+# attention pools "abs_attn"/"rot_attn"), which has no counterpart here.
+def _is_open_clip_trunk(state_dict: dict[str, torch.Tensor]) -> bool:
+    return any(k.startswith(("visual.trunk.", "trunk.")) for k in state_dict)
+
+
+def open_clip_trunk_to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map an open_clip tower over a timm trunk (see above) to timm's (and our) keys."""
+    prefix = "visual." if any(k.startswith("visual.trunk.") for k in state_dict) else ""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if prefix and not key.startswith(prefix):
+            if key.split(".", 1)[0] in _CLIP_TEXT_TOWER:
+                continue
+            raise CheckpointError(f"open_clip checkpoint: key {key!r} is neither the image tower (visual.*) nor a "
+                                  f"part of the text tower vision_attn drops; remove it")
+        rest = key[len(prefix):]
+        if not rest.startswith("trunk."):
+            raise CheckpointError(f"open_clip checkpoint: key {key!r} has no counterpart in vision_attn's ViT "
+                                  f"(open_clip's projection or pooling over a timm trunk is not supported)")
+        out[rest[len("trunk."):]] = value
     return out
 
 

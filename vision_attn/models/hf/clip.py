@@ -24,8 +24,10 @@ the tokens, CLIP's before its final norm) are not mapped: refused naming the key
 our activations (``quick_gelu``, ``gelu``, ``gelu_pytorch_tanh``/``gelu_new``: GELU's tanh form,
 ``relu``, ``silu``); another value is refused naming it.
 
-Position tables at another image size: ours is resampled bicubically with antialiasing (timm's
-rule), transformers' ``interpolate_pos_encoding`` without (other values at any resize).
+Position tables at another image size: a model read from a folder computes what transformers
+computes (with ``interpolate_pos_encoding=True``): the table stays at the folder's grid
+(``pos_embed_grid``) and is resampled at run time bicubically without antialiasing
+(``pos_embed_interp="transformers"``), not with timm's antialiasing.
 
 :func:`from_ours` writes the folder the installed transformers (5.x) saves: ``CLIPVisionModel`` or
 ``CLIPVisionModelWithProjection`` (a head of ours without bias, or with a zero bias: the projection);
@@ -151,10 +153,14 @@ def _tower_args(vision: Mapping[str, Any]) -> dict[str, Any]:
     if dim % heads:
         raise CheckpointError(f"transformers vision config: hidden_size={dim} is not divisible by "
                               f"num_attention_heads={heads}")
-    return dict(img_size=_square(vision, "image_size"), patch_size=_square(vision, "patch_size"),
+    img, patch = _square(vision, "image_size"), _square(vision, "patch_size")
+    return dict(img_size=img, patch_size=patch,
                 in_chans=vision["num_channels"], embed_dim=dim, depth=vision["num_hidden_layers"], num_heads=heads,
                 mlp_ratio=mlp_ratio, act_layer=_HIDDEN_ACT[act],
-                norm_eps=float(vision["layer_norm_eps"]))
+                norm_eps=float(vision["layer_norm_eps"]),
+                # the table stays at the folder's grid and meets other sizes as transformers' CLIP and SigLIP
+                # interpolate_pos_encoding does (bicubic, no antialiasing)
+                pos_embed_grid=(img // patch, img // patch), pos_embed_interp="transformers")
 
 
 def _refuse_classifier(state_dict: StateDict, what: str) -> None:
@@ -322,7 +328,8 @@ def _check_tower(model: nn.Module, what: str, *, class_token: bool, pre_norm: bo
 def _tower_config(model: nn.Module, what: str) -> dict[str, Any]:
     return dict(hidden_size=model.embed_dim, intermediate_size=model.blocks[0].mlp.fc1.out_features,
                 num_hidden_layers=len(model.blocks), num_attention_heads=model.blocks[0].attn.num_heads,
-                num_channels=model.patch_embed.proj.in_channels, image_size=model.patch_embed.img_size[0],
+                num_channels=model.patch_embed.proj.in_channels,
+                image_size=model.pos_embed_grid[0] * model.patch_embed.patch_size[0],  # the table's
                 patch_size=model.patch_embed.patch_size[0], hidden_act=_act_name(model, what),
                 layer_norm_eps=_norm_eps(model, what), attention_dropout=0.0)
 

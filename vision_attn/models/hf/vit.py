@@ -25,9 +25,12 @@ The families registered here (``config.json`` ``model_type``):
   (``cls_token + position_embeddings[:, 0]``) by ``models/vit.py``'s ``dinov2_to_timm``: the
   embeddings are handed on in the official DINOv2 layout (``register_tokens``), which it maps.
 
-Position tables at another image size: ours is resampled bicubically with antialiasing (timm's
-choice); transformers' ViT, DeiT and DINOv2 resample without antialiasing (other values at any
-resize), DINOv2 with registers with it (the same values).
+Position tables at another image size: a checkpoint computes what its source computes. A model read
+from a folder keeps the table at the folder's grid (``pos_embed_grid``, whatever ``img_size``) and
+resamples it at run time as transformers does (``interpolate_pos_encoding``): ViT, DeiT and DINOv2
+bicubically without antialiasing (``pos_embed_interp="transformers"``), DINOv2 with registers with it
+(``"timm"``: the same values as timm's rule). timm files keep timm's rule: resampled with antialiasing
+to the model's grid when loaded, and again at run time for other sizes.
 
 ``from_ours`` writes the folder the installed transformers (5.x) saves. The ``vit`` and ``deit``
 families write ViT, DeiT or DeiT with teacher by the model's tokens (none, one register token in the
@@ -48,6 +51,7 @@ from torch import nn
 from vision_attn.errors import CheckpointError
 from vision_attn.io.state_dict import StateDict
 from vision_attn.layers import Attention, Block, LayerScale, Mlp, SwiGLU
+from vision_attn.layers.mlp import mlp_ratio_for
 from vision_attn.models.hf.family import (Config, Family, Name, inverse_table, lookup, num_labels, register_family,
                                           strip_prefix)
 
@@ -314,15 +318,6 @@ class _Reader:
         return ACTIVATIONS[value]
 
 
-def _mlp_ratio(hidden: int, dim: int) -> float:
-    """The ratio whose ``int(dim * ratio)`` (what our Block computes) is ``hidden``."""
-    ratio = hidden / dim
-    while int(dim * ratio) < hidden:
-        ratio = math.nextafter(ratio, math.inf)
-    assert int(dim * ratio) == hidden, (hidden, dim, ratio)
-    return ratio
-
-
 def _common(c: _Reader) -> tuple[int, dict[str, Any]]:
     """The embedding width and the sizes every family states."""
     dim, heads = c.int("hidden_size"), c.int("num_attention_heads")
@@ -340,6 +335,8 @@ def _common(c: _Reader) -> tuple[int, dict[str, Any]]:
         depth=c.int("num_hidden_layers"), num_heads=heads, qkv_bias=c.flag("qkv_bias"),
         norm_eps=c.number("layer_norm_eps"),
         class_token=True, pos_embed="learn", global_pool="token", fc_norm=False, block="pre",
+        # the table stays at the folder's grid and meets other sizes at run time, as transformers does
+        pos_embed_grid=tuple(s // p for s, p in zip(img, patch)), pos_embed_interp="transformers",
     )
 
 
@@ -367,7 +364,7 @@ _DINOV2_REG_NAMES = {f"vit_{s}_patch14_reg4_dinov2": v for s, v in _DINOV2_SIZES
 
 
 def _vit_mlp(c: _Reader, dim: int) -> dict[str, Any]:
-    return dict(mlp_ratio=_mlp_ratio(c.int("intermediate_size"), dim), ffn_layer="mlp", act_layer=c.act(),
+    return dict(mlp_ratio=mlp_ratio_for(c.int("intermediate_size"), dim), ffn_layer="mlp", act_layer=c.act(),
                 init_values=None, no_embed_class=False)
 
 
@@ -403,10 +400,10 @@ def _dinov2_mlp(c: _Reader, dim: int) -> dict[str, Any]:
     hidden = int(dim * c.number("mlp_ratio"))
     if c.flag("use_swiglu_ffn"):
         half = (int(hidden * 2 / 3) + 7) // 8 * 8
-        return dict(mlp_ratio=_mlp_ratio(2 * half, dim), ffn_layer="swiglu", act_layer="silu")
+        return dict(mlp_ratio=mlp_ratio_for(2 * half, dim), ffn_layer="swiglu", act_layer="silu")
     if hidden <= 0:
         raise c._bad("mlp_ratio", c.get("mlp_ratio"), "a ratio giving a hidden width > 0")
-    return dict(mlp_ratio=_mlp_ratio(hidden, dim), ffn_layer="mlp", act_layer=c.act())
+    return dict(mlp_ratio=mlp_ratio_for(hidden, dim), ffn_layer="mlp", act_layer=c.act())
 
 
 def _dinov2_args(config: Config, state_dict: StateDict) -> tuple[str, dict[str, Any]]:
@@ -417,6 +414,8 @@ def _dinov2_args(config: Config, state_dict: StateDict) -> tuple[str, dict[str, 
     # LayerScale is always there (layer_scale{1,2}.lambda1); layerscale_value is its initial value
     kwargs.update(_dinov2_mlp(c, dim), init_values=c.number("layerscale_value") or 1.0, distilled=False,
                   reg_tokens=reg_tokens, no_embed_class=registers,
+                  # Dinov2WithRegisters interpolates with antialiasing: timm's rule, at run time all the same
+                  pos_embed_interp="timm" if registers else "transformers",
                   mask_token=_has(state_dict, "embeddings.mask_token"),
                   num_classes=num_labels(state_dict, "classifier.weight"))
     return _closest(_DINOV2_REG_NAMES if registers else _DINOV2_NAMES, kwargs), kwargs
@@ -537,7 +536,8 @@ def _inspect(model: nn.Module, what: str) -> _Arch:
     reg = getattr(model, "reg_token", None)
     return _Arch(
         dim=int(model.embed_dim), depth=len(blocks), heads=int(first.attn.num_heads),
-        patch=tuple(model.patch_embed.patch_size), img=tuple(model.patch_embed.img_size),
+        patch=tuple(model.patch_embed.patch_size),
+        img=tuple(g * p for g, p in zip(model.pos_embed_grid, model.patch_embed.patch_size)),  # the table's
         in_chans=int(model.patch_embed.in_chans), qkv_bias=first.attn.qkv.bias is not None,
         eps=float(model.norm.eps), act=_act_name(first.mlp.act, what), hidden=int(first.mlp.fc1.out_features),
         swiglu=type(first.mlp) is SwiGLU, layer_scale=isinstance(first.ls1, LayerScale), distilled=distilled,
