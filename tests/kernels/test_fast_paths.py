@@ -93,5 +93,28 @@ def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not any(isinstance(m, FusedLinear) for m in model.modules()) and model.training
     stored = json.loads((tmp_path / PLANS_FILE).read_text())
-    assert [k for k in stored if k.startswith("step train")] and stored[next(iter(stored))]["choice"] == name
+    assert [k for k in stored if k.startswith("step v2 train")] and stored[next(iter(stored))]["choice"] == name
     assert judge_plan(model, x, train=True, plan=plan)[0] == name  # read back, not timed again
+
+
+def test_accelerate_without_kernels_keeps_pytorchs_layers_and_the_other_fast_paths():
+    name, kwargs, size = SMALL_MODELS[1]  # a Swin: window attention, tables, gather
+    plain = vision_attn.create_model(name, img_size=size, **kwargs).eval()
+    model = accelerate(copy.deepcopy(plain), kernels=False)
+    assert not any(isinstance(m, FusedLinear) for m in model.modules())
+    block = model.layers[0].blocks[0]
+    assert type(block.mlp) is Mlp and "sdpa" not in vars(block.attn)  # PyTorch's, without the plan's dispatch
+    assert type(block.attn).__name__ == "FastWindowAttention" and type(block.windows).__name__.startswith(("Kept", "Shifted"))
+    assert block.gather is not type(block).gather  # the gather whose gradient is a gather
+    x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), plain(x), atol=1e-5, rtol=1e-4)
+
+
+def test_needs_kernels_is_false_for_pytorchs_kernels_alone():
+    from vision_attn.kernels import needs_kernels
+
+    assert not needs_kernels(resolve_plan("aten"), torch.float32)
+    assert needs_kernels(resolve_plan("onednn"), torch.float32) and needs_kernels(resolve_plan("onednn"), torch.bfloat16)
+    aten_choices = KernelPlan("measured", {t: resolve_plan("aten").choice(t) for t in (torch.float32, torch.bfloat16)})
+    assert not needs_kernels(aten_choices, torch.float32)  # a measured plan that judged PyTorch's kernels fastest

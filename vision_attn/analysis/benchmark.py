@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_flatten
 
 from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import KernelPlan, accelerate, current_plan, fused_linear, judge_plan, kernel_plan
+from vision_attn.kernels import KernelPlan, accelerate, current_plan, fused_linear, judge_plan, kernel_plan, needs_kernels
 from vision_attn.optimizers import OPTIMIZERS
 
 __all__ = [
@@ -337,17 +337,16 @@ class _Runner:
 
 def on_fast_paths(model: nn.Module, *, batch: int, img_size: int | tuple[int, int], device: str | torch.device = "cpu",
                   precision: str = "fp32", train: bool = False) -> tuple[nn.Module, KernelPlan | None]:
-    """One of our models as it runs in training or the torch-frozen runtime: accelerated in place
-    (:func:`~vision_attn.kernels.accelerate`), with the process's measured plan judged on this very step
-    on the CPU (:func:`~vision_attn.kernels.judge_plan`; None: the process's plan as it is)."""
-    accelerate(model)
-    plan = current_plan()
-    if torch.device(device).type != "cpu" or plan.name != "measured":
-        return model, None
-    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    """One of our models as it runs in training or the torch-frozen runtime: with the process's measured
+    plan judged on this very step on the CPU (:func:`~vision_attn.kernels.judge_plan`; None: the
+    process's plan as it is), then accelerated in place for that plan (:func:`~vision_attn.kernels.accelerate`)."""
+    plan, judged = current_plan(), None
     dtype = PRECISIONS[precision] if precision != "fp32" else None
-    inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
-    return model, judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=dtype)[1]
+    if torch.device(device).type == "cpu" and plan.name == "measured":
+        hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
+        plan = judged = judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=dtype)[1]
+    return accelerate(model, kernels=needs_kernels(plan, dtype or torch.float32)), judged
 
 
 def benchmark_models(

@@ -15,7 +15,7 @@ self-checks), cache.py (their results on disk), onednn.py and explicit.py (the k
 linear.py and attention.py (the dispatch), fast_paths.py (the fast paths put on a model: accelerate), judge.py
 (a plan judged on a model's whole step), freeze.py (inference).
 """
-from vision_attn.kernels.fast_paths import accelerate
+from vision_attn.kernels.fast_paths import accelerate, needs_kernels
 from vision_attn.kernels.attention import MAX_EXPLICIT_TOKENS, packed_sdpa, sdpa
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.freeze import freeze
@@ -37,7 +37,7 @@ from vision_attn.kernels.plan import (
 
 __all__ = [
     "FusedLinear", "fused_linear", "linear_act", "sdpa", "packed_sdpa", "deformable_sample", "MAX_EXPLICIT_TOKENS",
-    "onednn_works", "accelerate", "freeze", "judge_plan",
+    "onednn_works", "accelerate", "needs_kernels", "freeze", "judge_plan",
     "tracing", "capturing_graph", "onnx_exporting", "fx_tracing",
     "KernelPlan", "KernelChoice", "LinearKernels", "PLAN_NAMES", "ENV", "current_plan", "set_kernel_plan",
     "kernel_plan", "resolve_plan", "FLOP_FORMULAS",

@@ -36,6 +36,7 @@ from vision_attn.kernels.capture import tracing
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.gather import gather_tokens
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
+from vision_attn.kernels.plan import KernelPlan
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention
 from vision_attn.layers.deformable_attention import sample_standard
 from vision_attn.layers.mlp import Mlp
@@ -44,7 +45,7 @@ from vision_attn.layers.window_attention import WindowAttention
 from vision_attn.layers.window_attention import gather_tokens as plain_gather_tokens
 from vision_attn.models.yolo.rtdetr import AIFI
 
-__all__ = ["accelerate", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
+__all__ = ["accelerate", "needs_kernels", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
 
 T = TypeVar("T")
 
@@ -146,12 +147,16 @@ SEAMS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
 }
 """A layer's function attribute (a ``staticmethod``) -> (its plain function, the fast path that replaces it)."""
 
-_FAST_FORMS: tuple[tuple[type, type], ...] = (
-    (Mlp, FastMlp), (AIFI, FastAIFI), (CosineWindowAttention, FastCosineWindowAttention),
-    (WindowAttention, FastWindowAttention),
+KERNEL_SEAMS = frozenset({"sdpa"})
+"""The seams whose fast path is a choice of kernel (the plan's); the others are faster whatever the plan."""
+
+_FAST_FORMS: tuple[tuple[type, type, bool], ...] = (
+    (Mlp, FastMlp, True), (AIFI, FastAIFI, True), (CosineWindowAttention, FastCosineWindowAttention, False),
+    (WindowAttention, FastWindowAttention, False),
 )
-"""Each layer class with the subclass that holds its fast path, the most specific first; a subclass of
-the layer that overrides the same methods itself is left as it is."""
+"""Each layer class with the subclass that holds its fast path (and whether that path is a choice of
+kernel), the most specific first; a subclass of the layer that overrides the same methods itself is
+left as it is."""
 
 
 @functools.cache
@@ -163,11 +168,14 @@ def _fast_class(cls: type, plain: type, fast: type) -> type:
     return type(cls.__name__, (fast, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
-def _fast_form(module: nn.Module) -> type | None:
-    """The class ``module`` takes on the fast path; None where it has none, or where its own class
-    overrides a method the fast path replaces (its override is kept)."""
+def _fast_form(module: nn.Module, kernels: bool) -> type | None:
+    """The class ``module`` takes on the fast path; None where it has none (``kernels`` False: none that
+    is a choice of kernel), or where its own class overrides a method the fast path replaces (its
+    override is kept)."""
     cls = type(module)
-    for plain, fast in _FAST_FORMS:
+    for plain, fast, kernel_choice in _FAST_FORMS:
+        if kernel_choice and not kernels:
+            continue
         if isinstance(module, plain) and not isinstance(module, fast):
             replaced = {name for c in fast.__mro__ if c not in plain.__mro__ for name in vars(c) if not name.startswith("__")}
             if any(getattr(cls, name, None) is not getattr(plain, name, None) for name in replaced):
@@ -176,19 +184,35 @@ def _fast_form(module: nn.Module) -> type | None:
     return None
 
 
-def accelerate(model: nn.Module) -> nn.Module:
+def accelerate(model: nn.Module, kernels: bool = True) -> nn.Module:
     """``model`` (in place, and returned) on the CPU fast paths; the same parameters, buffers,
-    state-dict keys and outputs up to the kernels' rounding. Applying it twice changes nothing."""
+    state-dict keys and outputs up to the kernels' rounding. Applying it twice changes nothing.
+
+    ``kernels=False``: only the fast paths that are no choice of kernel (tables kept, Swin's packed
+    window attention and gather, deformable sampling); linear layers, feed-forward networks and
+    attention stay PyTorch's own, without the plan's dispatch in every call (what a plan of PyTorch's
+    kernels runs fastest: :func:`needs_kernels`)."""
     for module in model.modules():
-        if type(module) is nn.Linear:
+        if kernels and type(module) is nn.Linear:
             module.__class__ = FusedLinear
-        fast = _fast_form(module)
+        fast = _fast_form(module, kernels)
         if fast is not None:
             module.__class__ = fast
         for name, (plain, fast_fn) in SEAMS.items():
-            if getattr(type(module), name, None) is plain:
+            if (kernels or name not in KERNEL_SEAMS) and getattr(type(module), name, None) is plain:
                 setattr(module, name, fast_fn)
         for value in list(vars(module).values()):
             if isinstance(value, Tables) and not isinstance(value, KeptTables):
                 value.__class__ = _fast_class(type(value), Tables, KeptTables)
     return model
+
+
+def needs_kernels(plan: KernelPlan, dtype: torch.dtype) -> bool:
+    """Whether ``plan`` runs any kernel but PyTorch's standard ones for ``dtype`` (else a model is
+    accelerated with ``kernels=False``)."""
+    if not plan.fast_paths:
+        return False
+    choice = plan.choice(dtype)
+    lin = choice.linear
+    return not (choice.inference == "aten" and choice.attention == "fused"
+                and lin.forward == lin.input_grad == lin.weight_grad == "aten")

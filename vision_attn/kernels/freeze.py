@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vision_attn.kernels.fast_paths import accelerate
+from vision_attn.kernels.fast_paths import accelerate, needs_kernels
+from vision_attn.kernels.plan import current_plan
 from vision_attn.kernels.linear import FusedLinear
 
 __all__ = ["freeze"]
@@ -24,7 +25,7 @@ def freeze(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     its fused linear layers frozen. Its inputs must then be
     in ``dtype`` too (``model(x.to(dtype))``); bf16 computes everything in bfloat16, as OpenVINO's
     ``bf16`` hint does, where autocast keeps some ops and the residual stream in float32."""
-    accelerate(model).eval().requires_grad_(False)
+    accelerate(model, kernels=needs_kernels(current_plan(), dtype or torch.float32)).eval().requires_grad_(False)
     if dtype is not None:
         model.to(dtype)
     for module in model.modules():

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from vision_attn.kernels.cache import cached_measurement, plan_key
-from vision_attn.kernels.fast_paths import accelerate
+from vision_attn.kernels.fast_paths import accelerate, needs_kernels
 from vision_attn.kernels.plan import ATEN, LinearKernels, KernelPlan, kernel_plan
 from vision_attn.kernels.timing import fastest_seconds
 
@@ -70,21 +70,27 @@ def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: Ker
     outputs (a training step less the optimizer, whose work no plan changes), else a forward without
     gradients; ``autocast``: the dtype of CPU autocast (bf16-mixed training), else the inputs' dtype
     is the plan's. ``model`` is left as it was: the step runs on an accelerated copy, its random
-    stream restored."""
+    stream restored. Each candidate runs as :func:`accelerate` puts it on a model
+    (:func:`~vision_attn.kernels.fast_paths.needs_kernels`: PyTorch's kernels without the plan's dispatch)."""
     dtype = autocast or inputs.dtype
     options = candidates(plan, dtype)
     if len(options) == 1:
         return "measured", options["measured"], {}
     shape = "x".join(map(str, inputs.shape))
-    key = plan_key(f"step {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
+    key = plan_key(f"step v2 {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
                    torch.get_num_threads())
 
     def measure() -> dict[str, Any]:
-        copy_ = accelerate(copy.deepcopy(model))
-        copy_.train(train)
-        step = _step(copy_, inputs, train, autocast)
+        steps: dict[bool, Callable[[], None]] = {}  # a copy with the kernels' dispatch, a copy without
+        for candidate in options.values():
+            kernels = needs_kernels(candidate, dtype)
+            if kernels not in steps:
+                copy_ = accelerate(copy.deepcopy(model), kernels=kernels)
+                steps[kernels] = _step(copy_.train(train), inputs, train, autocast)
 
         def under(candidate: KernelPlan) -> Callable[[], None]:
+            step = steps[needs_kernels(candidate, dtype)]
+
             def run() -> None:
                 with kernel_plan(candidate):
                     step()

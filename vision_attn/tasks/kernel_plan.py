@@ -21,7 +21,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.io.json import read_json
 from vision_attn.kernels import KernelPlan, current_plan, judge_plan, resolve_plan
 
-__all__ = ["choose_kernel_plan", "read_recorded_plan", "judged_training_plan"]
+__all__ = ["choose_kernel_plan", "read_recorded_plan", "judged_training_plan", "training_dtype"]
 
 
 def read_recorded_plan(path: Path) -> KernelPlan:
@@ -49,12 +49,17 @@ def choose_kernel_plan(requested: str | None, deterministic: Any, recorded: Path
     return plan.resolved(), why
 
 
+def training_dtype(precision: Any) -> torch.dtype:
+    """The dtype whose kernels a training at Lightning's ``precision`` runs (bf16 for ``bf16-mixed``)."""
+    return torch.bfloat16 if str(precision).startswith("bf16") else torch.float32
+
+
 def judged_training_plan(network: nn.Module, plan: KernelPlan, batch: int, img_size: int | tuple[int, int],
                          precision: Any) -> tuple[KernelPlan, str]:
     """The measured ``plan`` judged on ``network``'s training step at ``batch`` images of ``img_size``
     (``precision``: Lightning's; bf16 under ``bf16-mixed``), and why, for the progress line."""
     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-    autocast = torch.bfloat16 if str(precision).startswith("bf16") else None
+    autocast = torch.bfloat16 if training_dtype(precision) == torch.bfloat16 else None
     inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
     name, judged, seconds = judge_plan(network, inputs, train=True, plan=plan, autocast=autocast)
     if not seconds:

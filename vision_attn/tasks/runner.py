@@ -36,11 +36,11 @@ from vision_attn.data import end_loader_workers, unwrap_worker_error
 from vision_attn.errors import CheckpointError, ConfigError, TrainingError, VisionAttnError
 from vision_attn.io.atomic import save_torch, write_json, write_text
 from vision_attn.io.state_dict import read_checkpoint
-from vision_attn.kernels import accelerate, current_plan, set_kernel_plan
+from vision_attn.kernels import accelerate, current_plan, needs_kernels, set_kernel_plan
 from vision_attn.tasks.checkpoint_io import AtomicCheckpointIO
 from vision_attn.tasks.checkpointer import Checkpointer
 from vision_attn.tasks.config import dump_config, parse_train_config, to_dict
-from vision_attn.tasks.kernel_plan import choose_kernel_plan, judged_training_plan
+from vision_attn.tasks.kernel_plan import choose_kernel_plan, judged_training_plan, training_dtype
 from vision_attn.tasks.logs import run_loggers
 from vision_attn.tasks.plots import epoch_history, plot_curves
 from vision_attn.tasks.resume_state import ResumeState
@@ -239,7 +239,6 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
 
     # a bad model, YAML or data set fails before anything is written
     module, datamodule = _rejected_as_config_error("model/data", lambda: task.build(cfg, say))
-    accelerate(module)  # the CPU fast paths; the plan decides at each call which kernels run
     new_measured = plan.name == "measured" and not (recorded is not None and recorded.is_file())
     if new_measured and trainer.world_size == 1 and trainer.strategy.root_device.type == "cpu":
         with torch.random.fork_rng():  # the architecture, timed on a copy; the run's random stream untouched
@@ -247,6 +246,9 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
         plan, why = judged_training_plan(network, plan, cfg.data.batch_size, cfg.data.img_size,
                                          trainer_cfg.get("precision"))
         set_kernel_plan(plan)
+    # the CPU fast paths; the plan decides at each call which kernels run (none of its dispatch where
+    # it runs PyTorch's kernels alone)
+    accelerate(module, kernels=needs_kernels(plan, training_dtype(trainer_cfg.get("precision"))))
     if main_process:
         run.check_room(checkpoint_bytes(module))
     run.prepare(resume=continuing, overwrite=cfg.overwrite, main_process=main_process)
