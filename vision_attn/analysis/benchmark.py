@@ -29,7 +29,8 @@ from torch.utils._pytree import tree_flatten
 
 from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import KernelPlan, accelerate, current_plan, fused_linear, judge_plan, kernel_plan, needs_kernels
+from vision_attn.kernels import (KernelPlan, accelerate, current_plan, example_images, fused_linear, judge_plan, kernel_plan,
+                                 needs_kernels)
 from vision_attn.optimizers import OPTIMIZERS
 
 __all__ = [
@@ -343,8 +344,7 @@ def on_fast_paths(model: nn.Module, *, batch: int, img_size: int | tuple[int, in
     plan, judged = current_plan(), None
     dtype = PRECISIONS[precision] if precision != "fp32" else None
     if torch.device(device).type == "cpu" and plan.name == "measured":
-        hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
+        inputs = example_images(batch, img_size)
         plan = judged = judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=dtype)[1]
     return accelerate(model, kernels=needs_kernels(plan, dtype or torch.float32)), judged
 

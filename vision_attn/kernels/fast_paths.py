@@ -94,16 +94,11 @@ class FastWindowAttention(WindowAttention):
     :func:`packed_sdpa` (a learned bias broadcast over the batch, a recomputing backward)."""
 
     def _qkv_by_head(self, x: torch.Tensor) -> torch.Tensor:
-        h, d, C = self.num_heads, self.head_dim, self.dim
-
-        def by_head(w: torch.Tensor) -> torch.Tensor:  # rows (3, heads, d) -> (heads, 3, d)
-            return w.view(3, h, d, -1).transpose(0, 1).reshape(3 * C, -1)
-
         b = self.qkv_bias()
         frozen = isinstance(self.qkv, FusedLinear) and self.qkv._packed is not None
-        packed = (lambda: self.qkv.packed_weight("by_head", by_head)) if frozen else None
-        return fused_linear(x, by_head(self.qkv.weight), by_head(b[:, None]).flatten() if b is not None else None,
-                            packed=packed)
+        packed = (lambda: self.qkv.packed_weight("by_head", self.rows_by_head)) if frozen else None
+        return fused_linear(x, self.rows_by_head(self.qkv.weight),
+                            self.rows_by_head(b[:, None]).flatten() if b is not None else None, packed=packed)
 
     def attend(self, qkv: torch.Tensor, mask: torch.Tensor,
                dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -131,7 +126,7 @@ class FastCosineWindowAttention(FastWindowAttention, CosineWindowAttention):
     def scale_qk(self, qkv: torch.Tensor) -> torch.Tensor:
         B, N, G, _, d = qkv.shape
         h = self.num_heads
-        factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
+        factor = self.qk_factors(qkv)  # (heads, 2)
         if tracing(qkv) or (torch.is_grad_enabled() and (qkv.requires_grad or factor.requires_grad)):
             return super().scale_qk(qkv)
         qk = qkv.view(B, N, G // h, h, 3, d)[..., :2, :]  # the projection's fresh output, scaled in place

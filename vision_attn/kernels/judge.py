@@ -26,7 +26,14 @@ from vision_attn.kernels.fast_paths import accelerate, needs_kernels
 from vision_attn.kernels.plan import ATEN, LinearKernels, KernelPlan, kernel_plan
 from vision_attn.kernels.timing import fastest_seconds
 
-__all__ = ["judge_plan", "candidates"]
+__all__ = ["judge_plan", "candidates", "example_images"]
+
+
+def example_images(batch: int, img_size: int | tuple[int, int]) -> torch.Tensor:
+    """A seeded batch (batch, 3, H, W) of random images, the input a step is judged on (the process's
+    random stream untouched)."""
+    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    return torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
 
 
 def candidates(plan: KernelPlan, dtype: torch.dtype) -> dict[str, KernelPlan]:

@@ -16,7 +16,7 @@ Keys: ``qkv.weight`` (no bias), ``q_bias``, ``v_bias`` (the key has no bias), ``
 ``cpb_mlp.0``, ``cpb_mlp.2``, ``proj`` (timm's and the official layout).
 :class:`TorchvisionCosineWindowAttention` keeps torchvision's single ``qkv.bias`` (3C) instead, whose
 key third is never used (torchvision zeroes it in every forward pass), so its parameter count is
-torchvision's. The coordinate table and the pair index are computed and cached, never stored.
+torchvision's. The coordinate table and the pair index are computed (kept on the fast path), never stored.
 """
 from __future__ import annotations
 
@@ -104,11 +104,14 @@ class CosineWindowAttention(WindowAttention):
         """Packed (B, N, nW*heads, 3, d): q and k normalised, q times τ_h·√d, so that the kernel's
         q kᵀ/√d is τ_h · cos(q, k); one new packed tensor."""
         B, N, G, _, d = qkv.shape
-        h = self.num_heads
-        qkv = qkv.view(B, N, G // h, h, 3, d)
-        factor = torch.stack([self.logit_scales().to(qkv.dtype) * d ** 0.5, qkv.new_ones(h)], dim=1)  # (heads, 2)
-        qk = F.normalize(qkv[..., :2, :], dim=-1) * factor[..., None]  # (B, N, nW, heads, 2, d)
+        qkv = qkv.view(B, N, G // self.num_heads, self.num_heads, 3, d)
+        qk = F.normalize(qkv[..., :2, :], dim=-1) * self.qk_factors(qkv)[..., None]  # (B, N, nW, heads, 2, d)
         return torch.cat([qk, qkv[..., 2:, :]], dim=-2).view(B, N, G, 3, d)
+
+    def qk_factors(self, qkv: torch.Tensor) -> torch.Tensor:
+        """What the normalised q and k of each head are multiplied by, (heads, 2): τ_h·√d and 1."""
+        return torch.stack([self.logit_scales().to(qkv.dtype) * qkv.shape[-1] ** 0.5,
+                            qkv.new_ones(self.num_heads)], dim=1)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, pretrained_window_size={self.pretrained_window_size}"

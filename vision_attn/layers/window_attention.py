@@ -6,7 +6,7 @@ Tokens travel as NHWC maps (B, H, W, C). :func:`window_partition` cuts a map int
 both, with the cyclic shift and the padding, as one gather each way (:func:`window_index`,
 :func:`gather_tokens`): on this project's CPU ``torch.roll`` of a (16, 56, 56, 96) map takes 30 ms,
 the gather 4 ms. :class:`ShiftedWindows` builds the gather order and the additive region mask
-(nW, N, N) once per map size and keeps them in plain dicts: nothing of it enters the state dict.
+(nW, N, N) for a map size (kept between calls on the fast path): nothing of it enters the state dict.
 
 :class:`WindowAttention` adds the relative position bias and the region mask into one additive mask
 for ``scaled_dot_product_attention``. With token-major windows (B, N, nW, C) the windows fold into
@@ -110,8 +110,8 @@ def gather_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -
 
 
 class ShiftedWindows(Tables):
-    """What a stage needs to cut its maps into (shifted) windows, built once per map size
-    (:class:`~vision_attn.layers.tables.Tables`) and shared by a stage's blocks.
+    """What a stage needs to cut its maps into (shifted) windows, built per map size
+    (:class:`~vision_attn.layers.tables.Tables`: kept on the fast path) and shared by a stage's blocks.
 
     :meth:`index` gives the gather order of :func:`window_index` and its inverse; :meth:`mask` the
     region mask (nW, N, N) of :func:`region_mask`.
@@ -197,7 +197,7 @@ class WindowAttention(nn.Module):
     Takes windows (B*nW, N, C) with N = wh*ww tokens each, or the same tokens token-major,
     (B, N, nW, C), and an optional region mask (nW, N, N) (shifted windows); returns the layout it
     was given. Keys ``qkv``, ``proj`` and ``relative_position_bias_table`` ((2wh-1)*(2ww-1), heads)
-    match timm's and the official layout. The pair index into the table is computed (and cached per
+    match timm's and the official layout. The pair index into the table is computed (on the fast path kept per
     device), not stored: no buffers.
 
     Token-major windows cost no copy between the projections and the attention kernel: the rows of
@@ -259,16 +259,16 @@ class WindowAttention(nn.Module):
         """The bias (3C,) of the qkv projection, in (q/k/v, head, d) order."""
         return self.qkv.bias
 
+    def rows_by_head(self, w: torch.Tensor) -> torch.Tensor:
+        """The qkv projection's weight (3C, C) or bias (3C, 1) with its rows in (head, q/k/v, d) order
+        instead of (q/k/v, head, d)."""
+        return w.view(3, self.num_heads, self.head_dim, -1).transpose(0, 1).reshape(3 * self.dim, -1)
+
     def _qkv_by_head(self, x: torch.Tensor) -> torch.Tensor:
         """The qkv projection of ``x`` (..., C) with its output features in (head, q/k/v, d) order
         instead of the weight's (q/k/v, head, d): (..., 3C)."""
-        h, d, C = self.num_heads, self.head_dim, self.dim
-
-        def by_head(w: torch.Tensor) -> torch.Tensor:  # rows (3, heads, d) -> (heads, 3, d)
-            return w.view(3, h, d, -1).transpose(0, 1).reshape(3 * C, -1)
-
         b = self.qkv_bias()
-        return F.linear(x, by_head(self.qkv.weight), by_head(b[:, None]).flatten() if b is not None else None)
+        return F.linear(x, self.rows_by_head(self.qkv.weight), self.rows_by_head(b[:, None]).flatten() if b is not None else None)
 
     def attend(self, qkv: torch.Tensor, mask: torch.Tensor,
                dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor | None]:

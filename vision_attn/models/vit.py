@@ -26,7 +26,6 @@ from vision_attn.layers import (
     BLOCKS,
     Attention,
     AttentionPoolLatent,
-    Block,
     LayerNorm6,
     Mlp,
     PatchEmbed,

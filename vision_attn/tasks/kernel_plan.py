@@ -19,7 +19,7 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.io.json import read_json
-from vision_attn.kernels import KernelPlan, current_plan, judge_plan, resolve_plan
+from vision_attn.kernels import KernelPlan, current_plan, example_images, judge_plan, resolve_plan
 
 __all__ = ["choose_kernel_plan", "read_recorded_plan", "judged_training_plan", "training_dtype"]
 
@@ -58,10 +58,9 @@ def judged_training_plan(network: nn.Module, plan: KernelPlan, batch: int, img_s
                          precision: Any) -> tuple[KernelPlan, str]:
     """The measured ``plan`` judged on ``network``'s training step at ``batch`` images of ``img_size``
     (``precision``: Lightning's; bf16 under ``bf16-mixed``), and why, for the progress line."""
-    hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     autocast = torch.bfloat16 if training_dtype(precision) == torch.bfloat16 else None
-    inputs = torch.randn(batch, 3, *hw, generator=torch.Generator().manual_seed(0))
-    name, judged, seconds = judge_plan(network, inputs, train=True, plan=plan, autocast=autocast)
+    name, judged, seconds = judge_plan(network, example_images(batch, img_size), train=True, plan=plan,
+                                       autocast=autocast)
     if not seconds:
         return judged, "measured; no other kernels to judge here"
     ratio = seconds["aten"] / seconds[name] if "aten" in seconds and seconds[name] > 0 else 1.0

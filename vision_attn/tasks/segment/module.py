@@ -10,7 +10,7 @@ in original image pixels as a COCO RLE, and computes box and mask COCO mAP (``va
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn

@@ -38,7 +38,7 @@ from vision_attn.tasks.detect.run import FrameList, ImageList, fmt_ap, image_res
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.segment.plots import draw_segments
 from vision_attn.tasks.stream import StreamResult, predict_stream
-from vision_attn.tasks.task import Listing, Options
+from vision_attn.tasks.task import Listing
 
 __all__ = ["load_segmenter_run", "load_segmenter", "segments_of_batch", "evaluate_segmenter", "predict_segments",
            "predict_segment_video"]
