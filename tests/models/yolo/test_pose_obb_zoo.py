@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from vision_attn.errors import ConfigError
-from vision_attn.models.yolo import build_detector
+from vision_attn.models.yolo import build_detector, insert_attention_text, remap_state_dict
 from vision_attn.models.yolo.obb import OBB, OBB26
 from vision_attn.models.yolo.pose import Pose, Pose26
 
@@ -151,3 +151,27 @@ def test_a_pose_yaml_without_kpt_shape_says_where_to_put_it():
     data["kpt_shape"] = [17, 5]
     with pytest.raises(ConfigError, match=r"field 'kpt_shape': kpt_shape \[17, 5\] must be"):
         build_detector(data, scale="n")
+
+
+@pytest.mark.parametrize("rel", ["v8/yolov8-pose.yaml", "v8/yolov8-obb.yaml"])
+def test_cbam_inserted_with_identity_start_keeps_the_outputs(rel):
+    """CBAM after the four backbone C2f rows of yolov8-pose / yolov8-obb (the neck and head re-indexed), the trained rows
+    moved to their new indices: the same boxes, classes and keypoints / angles until training moves the
+    new rows, which get gradients from the first step."""
+    task = "pose" if "-pose" in rel else "obb"
+    peer = peer_model(rel, "n", PEER_CLASS[task])
+    base = ours_on_peer_weights(peer, rel, "n").eval()
+    edit = insert_attention_text(peer_yaml(rel).read_text(), "CBAM", after="C2f", args=[{"zero_init": True}])
+    assert edit.inserted == [3, 6, 9, 12] and edit.index_map[22] == 26
+    model = build_detector(edit.text, scale="n", num_classes=peer.model[-1].nc)
+    missing, unexpected = model.load_state_dict(remap_state_dict(base.state_dict(), edit.index_map), strict=False)
+    assert not unexpected and {k.split(".")[1] for k in missing} == {str(i) for i in edit.inserted}
+    assert model.inputs[-1] == (19, 22, 25) and type(model.model[-1]) is type(base.model[-1])
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), base(x), rtol=0, atol=0)
+    out = model.train()(x)
+    extra = out["kpts" if task == "pose" else "angle"]
+    (sum(f.sum() for f in out["feats"]) + extra.sum()).backward()
+    assert all(any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.model[i].parameters())
+               for i in edit.inserted)
