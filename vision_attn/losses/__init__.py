@@ -13,10 +13,14 @@ from vision_attn.losses.segmentation import SegmentationLoss, SegmentationParts
 from vision_attn.losses.detr import DETRLossParts, RTDETRLoss, detr_targets
 from vision_attn.losses.matcher import HungarianMatcher, Matches
 from vision_attn.losses.end_to_end import YOLO26_WEIGHTS, YOLOV10_WEIGHTS, BranchWeights, EndToEndLoss
+from vision_attn.losses.rotated import box_corners, pairwise_probiou, probiou, rotated_iou, rotated_nms, rotated_to_dist
+from vision_attn.losses.rotated_assigner import RotatedTaskAlignedAssigner
+from vision_attn.losses.obb import OBBLoss, OBBParts
 from vision_attn.losses.select import LOSS_OF_HEAD, detector_loss
 
 __all__ = ["BatchLoss", "Assignment", "TaskAlignedAssigner", "anchors_in_boxes", "box_to_dist", "ciou", "dist_to_box",
            "DetectionLoss", "LossParts", "pad_targets", "distribution_focal_loss", "BranchWeights", "EndToEndLoss",
            "YOLO26_WEIGHTS", "YOLOV10_WEIGHTS", "SegmentationLoss", "SegmentationParts",
            "DETRLossParts", "RTDETRLoss", "detr_targets", "HungarianMatcher", "Matches",
-           "detector_loss", "LOSS_OF_HEAD"]
+           "detector_loss", "LOSS_OF_HEAD", "box_corners", "pairwise_probiou", "probiou", "rotated_iou", "rotated_nms",
+           "rotated_to_dist", "RotatedTaskAlignedAssigner", "OBBLoss", "OBBParts"]

@@ -13,17 +13,18 @@ from vision_attn.losses.batch import BatchLoss
 from vision_attn.losses.detection import DetectionLoss
 from vision_attn.losses.detr import RTDETRLoss
 from vision_attn.losses.end_to_end import EndToEndLoss
+from vision_attn.losses.obb import OBBLoss
 from vision_attn.losses.segmentation import SegmentationLoss
 
 __all__ = ["detector_loss", "LOSS_OF_HEAD"]
 
 LOSS_OF_HEAD: dict[str, type[BatchLoss]] = {"detect": DetectionLoss, "segment": SegmentationLoss,
-                                            "rtdetr": RTDETRLoss}
+                                            "obb": OBBLoss, "rtdetr": RTDETRLoss}
 """A YAML network's ``task`` (what its last row is) -> its loss class."""
 
 
 def detector_loss(model: nn.Module, *, e2e_weights: str = "yolo26", box_gain: float = 7.5, cls_gain: float = 0.5,
-                  dfl_gain: float = 1.5, mask_gain: float | None = None) -> BatchLoss:
+                  dfl_gain: float = 1.5, mask_gain: float | None = None, angle_gain: float = 1.0) -> BatchLoss:
     """The loss of ``model`` (a network built from a YAML): the gains of the YOLO losses (``mask_gain`` of a
     segmentation head; None: ``box_gain``, as ultralytics), ``e2e_weights`` the branch weights of an
     end-to-end head; an RT-DETR decoder's loss has its own (class 1, L1 5, GIoU 2)."""
@@ -37,6 +38,8 @@ def detector_loss(model: nn.Module, *, e2e_weights: str = "yolo26", box_gain: fl
     gains: dict[str, Any] = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=dfl_gain)
     if loss is SegmentationLoss:
         gains["mask_gain"] = mask_gain if mask_gain is not None else box_gain
+    if loss is OBBLoss:
+        gains["angle_gain"] = angle_gain
     if model.model[-1].has_one2one:
         return EndToEndLoss(model, weights=e2e_weights, loss=loss, **gains)
     return loss(model, **gains)
