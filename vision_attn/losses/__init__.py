@@ -1,6 +1,8 @@
 """The anchor-free YOLOv8 detection loss: task-aligned assigner, box geometry (CIoU through
 ``torchvision.ops``), distribution focal loss, :class:`DetectionLoss` that combines them, and :class:`EndToEndLoss` for the
-one-to-many and one-to-one branches of an end-to-end (NMS-free) head, and :class:`SegmentationLoss` (the mask term over prototypes x coefficients);
+one-to-many and one-to-one branches of an end-to-end (NMS-free) head, :class:`SegmentationLoss` (the mask term over prototypes x coefficients),
+:class:`PoseLoss` (OKS-based keypoint and visibility terms) and :class:`OBBLoss` (ProbIoU, DFL and angle terms on rotated boxes, with
+:class:`RotatedTaskAlignedAssigner`; rotated-box geometry, exact polygon IoU and rotated NMS in :mod:`vision_attn.losses.rotated`);
 :class:`RTDETRLoss`, RT-DETR's set loss (:class:`HungarianMatcher`; varifocal, L1 + GIoU, auxiliary and denoising terms). Every
 detector loss (:func:`detector_loss` picks a network's) has the one call signature of :class:`BatchLoss` (``network_inputs``, ``batch_loss``,
 ``start_epoch``, ``sum_over_images``)."""
@@ -16,6 +18,7 @@ from vision_attn.losses.end_to_end import YOLO26_WEIGHTS, YOLOV10_WEIGHTS, Branc
 from vision_attn.losses.rotated import box_corners, pairwise_probiou, probiou, rotated_iou, rotated_nms, rotated_to_dist
 from vision_attn.losses.rotated_assigner import RotatedTaskAlignedAssigner
 from vision_attn.losses.obb import OBBLoss, OBBParts
+from vision_attn.losses.keypoints import COCO_SIGMAS, PoseLoss, PoseParts, keypoint_sigmas, oks_term
 from vision_attn.losses.select import LOSS_OF_HEAD, detector_loss
 
 __all__ = ["BatchLoss", "Assignment", "TaskAlignedAssigner", "anchors_in_boxes", "box_to_dist", "ciou", "dist_to_box",
@@ -23,4 +26,5 @@ __all__ = ["BatchLoss", "Assignment", "TaskAlignedAssigner", "anchors_in_boxes",
            "YOLO26_WEIGHTS", "YOLOV10_WEIGHTS", "SegmentationLoss", "SegmentationParts",
            "DETRLossParts", "RTDETRLoss", "detr_targets", "HungarianMatcher", "Matches",
            "detector_loss", "LOSS_OF_HEAD", "box_corners", "pairwise_probiou", "probiou", "rotated_iou", "rotated_nms",
-           "rotated_to_dist", "RotatedTaskAlignedAssigner", "OBBLoss", "OBBParts"]
+           "rotated_to_dist", "RotatedTaskAlignedAssigner", "OBBLoss", "OBBParts",
+           "COCO_SIGMAS", "PoseLoss", "PoseParts", "keypoint_sigmas", "oks_term"]
