@@ -11,13 +11,15 @@ import pytest
 import torch
 import yaml
 
+from vision_attn.analysis import count_flops
+from vision_attn.analysis.meta_shapes import meta_shapes
 from vision_attn.errors import ConfigError
 from vision_attn.models.yolo import build_detector, insert_attention_text, remap_state_dict
 from vision_attn.models.yolo.obb import OBB, OBB26
 from vision_attn.models.yolo.pose import Pose, Pose26
 
-from .peer_zoo import (OBB_HEADS, POSE_HEADS, detection_pairs, peer_decoded, peer_dict, peer_layers, peer_model,
-                       peer_yaml, ultralytics_tasks)
+from .peer_zoo import (OBB_HEADS, POSE_HEADS, detection_pairs, import_ultralytics, peer_decoded, peer_dict,
+                       peer_layers, peer_model, peer_yaml, ultralytics_tasks)
 
 POSE_PAIRS = detection_pairs(POSE_HEADS)
 OBB_PAIRS = detection_pairs(OBB_HEADS)
@@ -25,6 +27,7 @@ PAIRS = POSE_PAIRS + OBB_PAIRS
 POSE_YAMLS = ["v8/yolov8-pose.yaml", "v8/yolov8-pose-p6.yaml", "11/yolo11-pose.yaml", "12/yolo12-pose.yaml",
               "26/yolo26-pose.yaml"]
 OBB_YAMLS = ["v8/yolov8-obb.yaml", "11/yolo11-obb.yaml", "12/yolo12-obb.yaml", "26/yolo26-obb.yaml"]
+torch_utils = import_ultralytics("ultralytics.utils.torch_utils")
 PEER_CLASS = {"pose": "PoseModel", "obb": "OBBModel"}
 
 
@@ -42,7 +45,7 @@ def test_the_peer_ships_45_pose_and_obb_pairs():
 
 @pytest.mark.parametrize("rel,scale", PAIRS, ids=[f"{r.split('/')[-1][:-5]}-{s}" for r, s in PAIRS])
 def test_same_parameters_and_state_dict_as_ultralytics(rel, scale):
-    with torch.device("meta"):
+    with torch.device("meta"), meta_shapes():  # shapes by formula: no compute, no compiler stack
         ours = build_detector(peer_yaml(rel), scale=scale)
         theirs = peer_layers(rel, scale)
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
@@ -175,3 +178,21 @@ def test_cbam_inserted_with_identity_start_keeps_the_outputs(rel):
     (sum(f.sum() for f in out["feats"]) + extra.sum()).backward()
     assert all(any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.model[i].parameters())
                for i in edit.inserted)
+
+
+FLOPS_CASES = ["v8/yolov8-pose.yaml", "26/yolo26-pose.yaml", "26/yolo26-obb.yaml"]
+
+
+@pytest.mark.parametrize("rel", FLOPS_CASES, ids=[r.split("/")[-1][:-5] for r in FLOPS_CASES])
+def test_flops_equal_ultralytics_fused_figure(rel):
+    """Our count of the network that predicts (meta device, 640 px, scale n) against ultralytics' figure for
+    its fused model: batch norm folded, an end-to-end head's one-to-many branch (and YOLO26's training-only
+    keypoint scales and flow) dropped. (All nine YAMLs agree; three here keep the suite short.)"""
+    with torch.device("meta"):
+        ours = count_flops(build_detector(peer_yaml(rel), scale="n"), 640)
+    peer = peer_model(rel, "n", PEER_CLASS["pose" if "-pose" in rel else "obb"])
+    if hasattr(peer.model[-1], "one2one_cv2"):
+        peer.end2end = True  # predict with the one-to-one branch, as ours does
+    fused = torch_utils.get_flops(peer.fuse(verbose=False), 640)
+    assert ours.macs * 2 / 1e9 == pytest.approx(fused, rel=1e-9)
+    assert ours.by_module  # the count is attributed to rows
