@@ -1,9 +1,6 @@
 """The oriented-box loss equals ultralytics' ``v8OBBLoss`` (and, for YOLO26's end-to-end head, its
 ``E2ELoss(v8OBBLoss)``) on the same predictions and targets; a near-perfect prediction gives a small box
 term; gradients reach the angle branch."""
-from types import SimpleNamespace
-
-import pytest
 import torch
 
 from tests.models.yolo.peer_zoo import peer_dict, peer_yaml, ultralytics_tasks
@@ -12,7 +9,8 @@ from vision_attn.losses import EndToEndLoss, OBBLoss, detector_loss
 from vision_attn.models.yolo import build_detector
 
 ul_loss = import_ultralytics("ultralytics.utils.loss")
-HYP = SimpleNamespace(box=7.5, cls=0.5, dfl=1.5, angle=1.0, pose=12.0, kobj=1.0, epochs=10)
+HYP = import_ultralytics("ultralytics.cfg").get_cfg(overrides={"epochs": 10})  # its default gains
+assert (HYP.box, HYP.cls, HYP.dfl, HYP.angle, HYP.pose, HYP.kobj, HYP.rle) == (7.5, 0.5, 1.5, 1.0, 12.0, 1.0, 1.0)
 SIZE = 96
 
 

@@ -1,6 +1,6 @@
 """The keypoint loss equals ultralytics' ``v8PoseLoss`` on the same predictions and targets, with COCO's
-sigmas for (17, 3) keypoints and with a data set's own sigmas for (4, 2) keypoints; bad keypoint input is
-named."""
+sigmas for (17, 3) keypoints and with a data set's own sigmas for (4, 2) keypoints; YOLO26's equals its
+``E2ELoss(PoseLoss26)``; bad keypoint input is named."""
 import pytest
 import torch
 from pycocotools import cocoeval
@@ -8,7 +8,7 @@ from pycocotools import cocoeval
 from tests.models.yolo.peer_zoo import peer_dict, peer_yaml, ultralytics_tasks
 from tests.peers import import_ultralytics
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.losses import COCO_SIGMAS, PoseLoss, detector_loss
+from vision_attn.losses import COCO_SIGMAS, Pose26Loss, PoseLoss, detector_loss
 from vision_attn.models.yolo import build_detector
 
 from .test_obb_loss import HYP, SIZE, per_level
@@ -84,7 +84,33 @@ def test_bad_keypoints_are_named():
         loss(preds, box, label, [torch.zeros(0, 4, 3)])
     with pytest.raises(ConfigError, match=r"keypoint sigmas \[0.5\] must be 4 positive numbers"):
         PoseLoss(model, sigmas=[0.5])
-    with torch.device("meta"):
-        yolo26 = build_detector(peer_yaml("26/yolo26-pose.yaml"), scale="n")
-    with pytest.raises(ConfigError, match="YOLO26's keypoint loss .* is not implemented"):
-        detector_loss(yolo26)
+    with pytest.raises(ConfigError, match="YOLO26's keypoint loss needs a Pose26 head"):
+        Pose26Loss(model)
+
+
+def test_yolo26_pose_matches_ultralytics_e2e_pose_loss26():
+    """YOLO26's keypoint loss (keypoint-aware assignment, residual log-likelihood through the head's flow)
+    in both branches, weighted as ultralytics' ``E2ELoss(PoseLoss26)`` at the first epoch."""
+    torch.manual_seed(0)
+    rel = "26/yolo26-pose.yaml"
+    peer = ultralytics_tasks.PoseModel(peer_dict(rel, "n"), nc=2, verbose=False).train()
+    peer.args = HYP
+    ours = build_detector(peer_yaml(rel), scale="n", num_classes=2)
+    ours.model[-1].flow_model = peer.model[-1].flow_model  # the flow's weights are part of the loss
+    preds = peer(torch.rand(3, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1)))
+    boxes, labels, keypoints, batch = targets(17, 3)
+    loss = detector_loss(ours)
+    assert isinstance(loss.one_to_one, Pose26Loss)
+    loss.start_epoch(0, HYP.epochs)
+    ours_preds = {k: {"feats": per_level(preds[k], 2, 1), "kpts": preds[k]["kpts"], "kpts_sigma": preds[k]["kpts_sigma"]}
+                  for k in ("one2many", "one2one")}
+    parts = loss.batch_loss(ours_preds, {"boxes": boxes, "labels": labels, "keypoints": keypoints})
+    total, items = ul_loss.E2ELoss(peer, ul_loss.PoseLoss26)(preds, batch)
+    names = ("box_loss", "pose_loss", "kobj_loss", "cls_loss", "l1_loss", "rle_loss")
+    theirs = torch.stack([items[k] for k in names])
+    mine = torch.stack([7.5 * parts.box, 12 * parts.pose, parts.kobj, 0.5 * parts.cls, 1.5 * parts.dfl, parts.rle])
+    assert (theirs != 0).all()
+    torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(parts.total * 3, total.sum().detach(), rtol=1e-4, atol=1e-4)
+    parts.total.backward()
+    assert all(p.grad is not None for p in peer.model[-1].flow_model.parameters())  # the flow learns too

@@ -62,7 +62,8 @@ class TaskAlignedAssigner(nn.Module):
         self.topk, self.alpha, self.beta, self.min_side, self.eps = topk, alpha, beta, min_side, eps
         self.topk2 = topk if topk2 is None else topk2
 
-    def candidates(self, points: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor) -> torch.Tensor:
+    def candidates(self, points: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor,
+                   **extra: torch.Tensor) -> torch.Tensor:
         """(B, M, A) bool: the anchor points (A, 2) inside each box (B, M, 4) xyxy, widened to ``min_side``."""
         return anchors_in_boxes(points, gt_boxes, self.min_side)
 
@@ -70,11 +71,20 @@ class TaskAlignedAssigner(nn.Module):
         """The overlap of boxes and predictions (broadcast, (..., 4) xyxy): their CIoU."""
         return ciou(gt_boxes, pred_boxes)
 
+    def pair_overlaps(self, candidates: torch.Tensor, gt_boxes: torch.Tensor, pred_boxes: torch.Tensor,
+                      **extra: torch.Tensor) -> torch.Tensor:
+        """(B, M, A): the overlap (>= 0) of each box (B, M, .) with each prediction (B, A, .), 0 where the
+        anchor is no candidate of the box."""
+        overlaps = self.overlaps(gt_boxes.unsqueeze(2), pred_boxes.unsqueeze(1)).clamp_(min=0)  # (B, M, A)
+        return torch.where(candidates, overlaps, 0.0)  # padding rows (zero boxes) give NaN: drop them
+
     @torch.no_grad()
     def forward(self, pred_scores: torch.Tensor, pred_boxes: torch.Tensor, points: torch.Tensor,
-                gt_labels: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor) -> Assignment:
+                gt_labels: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor,
+                **extra: torch.Tensor) -> Assignment:
         """Predicted probabilities (B, A, C), predicted boxes (B, A, 4) xyxy, anchor points (A, 2) (same units
-        as the boxes), padded ground truth: labels (B, M) int64, boxes (B, M, 4) xyxy, mask (B, M) bool."""
+        as the boxes), padded ground truth: labels (B, M) int64, boxes (B, M, 4) xyxy, mask (B, M) bool;
+        ``extra``: what a subclass's candidates and overlaps read (e.g. keypoints)."""
         b, a, c = pred_scores.shape
         m = gt_boxes.shape[1]
         if m == 0:
@@ -83,9 +93,8 @@ class TaskAlignedAssigner(nn.Module):
                               torch.zeros(b, a, dtype=torch.long, device=pred_scores.device))
         pred_scores, pred_boxes, gt_boxes = pred_scores.float(), pred_boxes.float(), gt_boxes.float()
         labels = gt_labels.clamp(0, c - 1)
-        candidates = self.candidates(points.float(), gt_boxes, gt_mask) & gt_mask.unsqueeze(-1)  # (B, M, A)
-        overlaps = self.overlaps(gt_boxes.unsqueeze(2), pred_boxes.unsqueeze(1)).clamp_(min=0)  # (B, M, A)
-        overlaps = torch.where(candidates, overlaps, 0.0)  # padding rows (zero boxes) give NaN: drop them
+        candidates = self.candidates(points.float(), gt_boxes, gt_mask, **extra) & gt_mask.unsqueeze(-1)  # (B, M, A)
+        overlaps = self.pair_overlaps(candidates, gt_boxes, pred_boxes, **extra)  # (B, M, A)
         scores = pred_scores.transpose(1, 2).gather(1, labels.unsqueeze(-1).expand(b, m, a))  # (B, M, A)
         align = scores.pow(self.alpha) * overlaps.pow(self.beta) * candidates
 

@@ -127,15 +127,16 @@ class DetectionLoss(BatchLoss, nn.Module):
                             f"data's names against the model's num_classes")
 
     def assign(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
-               labels: Sequence[torch.Tensor]) -> Assigned:
-        """Decode the raw maps and assign their anchors to the ground truth (what every term reads)."""
+               labels: Sequence[torch.Tensor], **extra: torch.Tensor) -> Assigned:
+        """Decode the raw maps and assign their anchors to the ground truth (what every term reads);
+        ``extra`` goes to the assigner."""
         self.check_targets(feats[0].shape[0], boxes, labels)
         flat, pred_logits, dist_logits, dist, points, strides = self.flatten(feats)
         pred_boxes = dist_to_box(dist, points)  # grid units
         gt_boxes, gt_labels, gt_mask = pad_targets(boxes, labels, flat.device)
         self.check_labels(gt_labels, gt_mask)
         targets = self.assigner(pred_logits.detach().sigmoid(), pred_boxes.detach() * strides, points * strides,
-                                gt_labels, gt_boxes, gt_mask)
+                                gt_labels, gt_boxes, gt_mask, **extra)
         return Assigned(flat, pred_logits, dist_logits, dist, pred_boxes, points, strides, targets,
                         targets.scores.sum().clamp(min=1), self.input_size(feats))
 

@@ -119,27 +119,37 @@ class PoseLoss(DetectionLoss):
         xy = self.head[0].keypoint_offsets(y[..., :2]) + points.view(1, a, 1, 2)
         return torch.cat((xy, y[..., 2:]), -1)
 
-    def keypoint_terms(self, assigned: Any, kpts: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (pose, kobj) terms of the positive anchors; ``gt`` the padded keypoints (B, M, K, 3) in pixels
-        (:func:`pad_keypoints`)."""
-        pred = self.decode_keypoints(kpts, assigned.points)
+    def matched_keypoints(self, assigned: Any, gt: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The positive anchors (B, A) bool and, per positive, its instance's keypoints (P, K, 3) in grid
+        units, which are labelled (P, K) and the box's area (P, 1) in grid units; ``gt`` the padded
+        keypoints (B, M, K, 3) in pixels (:func:`pad_keypoints`)."""
         targets = assigned.targets
         fg = targets.foreground
-        if not bool(fg.any()):
-            zero = pred.sum() * 0
-            return zero, zero
-        batch_index = fg.nonzero(as_tuple=True)[0]
-        gt_kpt = gt[batch_index, targets.gt_index[fg]].clone()  # (P, K, 3)
+        gt_kpt = gt[fg.nonzero(as_tuple=True)[0], targets.gt_index[fg]].clone()  # (P, K, 3)
         stride = assigned.strides.view(1, -1).expand_as(fg)[fg].view(-1, 1, 1)
         gt_kpt[..., :2] = gt_kpt[..., :2] / stride
         box = targets.boxes[fg] / stride.view(-1, 1)
         area = ((box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])).unsqueeze(1)
-        pred_kpt = pred[fg]
-        labelled = gt_kpt[..., 2] != 0
-        pose = oks_term(pred_kpt, gt_kpt, labelled, area, self.sigmas.to(pred.device))
+        return fg, gt_kpt, gt_kpt[..., 2] != 0, area
+
+    def location_and_visibility(self, pred_kpt: torch.Tensor, gt_kpt: torch.Tensor, labelled: torch.Tensor,
+                                area: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (pose, kobj) terms of matched keypoints (P, K, D) and (P, K, 3), grid units."""
+        pose = oks_term(pred_kpt, gt_kpt, labelled, area, self.sigmas.to(pred_kpt.device))
         kobj = (F.binary_cross_entropy_with_logits(pred_kpt[..., 2], labelled.float()) if pred_kpt.shape[-1] == 3
                 else pred_kpt.sum() * 0)
         return pose, kobj
+
+    def keypoint_terms(self, assigned: Any, kpts: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (pose, kobj) terms of the positive anchors; ``gt`` the padded keypoints (B, M, K, 3) in pixels
+        (:func:`pad_keypoints`)."""
+        pred = self.decode_keypoints(kpts, assigned.points)
+        if not bool(assigned.targets.foreground.any()):
+            zero = pred.sum() * 0
+            return zero, zero
+        fg, gt_kpt, labelled, area = self.matched_keypoints(assigned, gt)
+        return self.location_and_visibility(pred[fg], gt_kpt, labelled, area)
 
     def forward(self, preds: Mapping[str, Any], boxes: Sequence[torch.Tensor],  # type: ignore[override]
                 labels: Sequence[torch.Tensor], keypoints: Sequence[torch.Tensor]) -> PoseParts:

@@ -29,7 +29,8 @@ class RotatedTaskAlignedAssigner(TaskAlignedAssigner):
     """:class:`TaskAlignedAssigner` on rotated boxes (B, M, 5) and predictions (B, A, 5), the boxes and
     points in the same units (pixels); ``min_side`` as there (the second level's stride)."""
 
-    def candidates(self, points: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor) -> torch.Tensor:
+    def candidates(self, points: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor,
+                   **extra: torch.Tensor) -> torch.Tensor:
         wh = gt_boxes[..., 2:4]
         small = (wh < self.min_side) & gt_mask.unsqueeze(-1)
         widened = torch.cat((gt_boxes[..., :2], torch.where(small, torch.full_like(wh, self.min_side), wh),
