@@ -292,7 +292,7 @@ def _extra_head_args(row: Row, args: list[Any], ch_in: list[int], spec: Detector
             raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} needs the keypoint shape; add "
                               "'kpt_shape: [17, 3]' (keypoints, dims) at the top of the YAML or give the data's")
         try:
-            value: Any = check_kpt_shape(shape)
+            value: Any = list(check_kpt_shape(shape))
         except ConfigError as e:
             raise ConfigError(f"{label}: row {row.index} field 'args': {e}") from None
     else:

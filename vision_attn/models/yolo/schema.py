@@ -247,8 +247,7 @@ def parse_spec(source: str | Path | Mapping[str, Any], *, scale: str | None = No
                                               "the rows with [[P3, P4, P5], 1, Detect, [nc]] or remove 'end2end'")
     keypoints = kpt_shape if kpt_shape is not None else data.get("kpt_shape")
     try:
-        shape = check_kpt_shape(list(keypoints) if isinstance(keypoints, tuple) else keypoints) \
-            if keypoints is not None else None
+        shape = check_kpt_shape(keypoints) if keypoints is not None else None
     except ConfigError as e:
         raise _fail(label, "field 'kpt_shape'", str(e)) from None
     return DetectorSpec(rows, nc, depth, width, cap, chosen, activation, label, data, reg_max, end2end, shape)
