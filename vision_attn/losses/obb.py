@@ -23,7 +23,7 @@ from torch import nn
 
 from vision_attn.errors import ConfigError
 from vision_attn.losses.detection import Assigned, DetectionLoss, pad_targets
-from vision_attn.losses.rotated import probiou, rotated_to_dist
+from vision_attn.models.yolo.rotated import probiou, rotated_to_dist
 from vision_attn.losses.rotated_assigner import RotatedTaskAlignedAssigner
 from vision_attn.models.yolo.obb import rotated_centres
 

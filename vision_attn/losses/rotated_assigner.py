@@ -3,14 +3,14 @@
 The rule of :class:`~vision_attn.losses.assigner.TaskAlignedAssigner` with two changes: a candidate
 anchor is one whose point lies inside (or on the edge of) the rotated box, the box's sides below
 ``min_side`` first widened to it; and the overlap of a box with a prediction is their ProbIoU
-(:func:`~vision_attn.losses.rotated.probiou`). Boxes are ``(cx, cy, w, h, angle)``.
+(:func:`~vision_attn.models.yolo.rotated.probiou`). Boxes are ``(cx, cy, w, h, angle)``.
 """
 from __future__ import annotations
 
 import torch
 
 from vision_attn.losses.assigner import TaskAlignedAssigner
-from vision_attn.losses.rotated import box_corners, probiou
+from vision_attn.models.yolo.rotated import box_corners, probiou
 
 __all__ = ["RotatedTaskAlignedAssigner", "points_in_rotated"]
 

@@ -120,24 +120,28 @@ def rotated_iou(a: torch.Tensor, b: torch.Tensor, *, pairwise: bool = True, chun
     return out.to(dtype)
 
 
-def rotated_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, *, overlap: str = "iou"
-                ) -> torch.Tensor:
-    """Greedy NMS of rotated boxes (N, 5) with ``scores`` (N,): the indices kept, highest score first. A box
-    is dropped when it overlaps a kept, higher-scoring box by more than ``iou_threshold``; ``overlap``
-    ``"iou"`` (exact polygon IoU) or ``"probiou"``."""
-    if overlap not in ("iou", "probiou"):
-        raise ValueError(f"overlap={overlap!r}: choose 'iou' or 'probiou'")
+def rotated_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, *, overlap: str = "iou",
+                method: str = "greedy") -> torch.Tensor:
+    """NMS of rotated boxes (N, 5) with ``scores`` (N,): the indices kept, highest score first. ``overlap``
+    ``"iou"`` (exact polygon IoU) or ``"probiou"``. ``method`` ``"greedy"``: a box is dropped when it
+    overlaps a kept, higher-scoring box by more than ``iou_threshold``; ``"fast"`` (Fast-NMS, what
+    ultralytics' rotated prediction does): when it overlaps any higher-scoring box that much, kept or not."""
+    if overlap not in ("iou", "probiou") or method not in ("greedy", "fast"):
+        raise ValueError(f"overlap={overlap!r}, method={method!r}: choose overlap 'iou' or 'probiou', method "
+                         "'greedy' or 'fast'")
     order = scores.argsort(descending=True)
     if order.numel() == 0:
         return order
     sorted_boxes = boxes[order]
     ious = (rotated_iou(sorted_boxes, sorted_boxes) if overlap == "iou"
             else pairwise_probiou(sorted_boxes.float(), sorted_boxes.float()))
-    over = (ious > iou_threshold).triu(1).cpu()  # over[i, j]: the better box i would suppress box j
-    n = order.numel()
-    removed = torch.zeros(n, dtype=torch.bool)
+    over = (ious > iou_threshold).triu(1)  # over[i, j]: the better box i would suppress box j
+    if method == "fast":
+        return order[~over.any(0)]
+    over = over.cpu()
+    removed = torch.zeros(order.numel(), dtype=torch.bool)
     keep = []
-    for i in range(n):
+    for i in range(order.numel()):
         if removed[i]:
             continue
         keep.append(i)

@@ -1,0 +1,34 @@
+"""Oriented-box detections from the head's output: the same boxes, scores and classes as ultralytics'
+``non_max_suppression(..., rotated=True)`` on its own OBB model's output; the end-to-end head's top-k."""
+import torch
+
+from vision_attn.models.yolo.postprocess import postprocess_rotated
+
+from .peer_zoo import import_ultralytics, peer_model
+
+ul_nms = import_ultralytics("ultralytics.utils.nms")
+
+
+def test_rotated_detections_equal_ultralytics_nms():
+    peer = peer_model("v8/yolov8-obb.yaml", "n", "OBBModel")
+    with torch.no_grad():
+        pred, _ = peer(torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(0)))
+    pred[:, 4:-1] = ((pred[:, 4:-1] - 0.46) * 10).clamp(0, 1)  # random weights give every class about 0.5
+    for conf, iou, multi_label in ((0.25, 0.7, False), (0.7, 0.3, True)):
+        ours = postprocess_rotated(pred, conf=conf, iou=iou, multi_label=multi_label)
+        theirs = ul_nms.non_max_suppression(pred, conf, iou, multi_label=multi_label, nc=80, rotated=True)
+        for got, want in zip(ours, theirs):  # want: (N, 7) x, y, w, h, score, class, angle
+            assert len(got) == len(want) > 5
+            torch.testing.assert_close(got.scores, want[:, 4])
+            assert got.labels.tolist() == want[:, 5].long().tolist()
+            torch.testing.assert_close(got.boxes, torch.cat((want[:, :4], want[:, 6:]), 1))
+
+
+def test_end_to_end_output_is_read_with_a_top_k():
+    pred = torch.zeros(1, 4 + 2 + 1, 5)
+    pred[0, :4] = torch.tensor([10.0, 10, 4, 2]).view(4, 1)
+    pred[0, 4] = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.2])
+    pred[0, 6] = torch.arange(5.0)  # the angle of each anchor
+    (dets,) = postprocess_rotated(pred, conf=0.25, end2end=True, max_det=3)
+    assert dets.scores.tolist() == [0.8999999761581421, 0.5, 0.30000001192092896]
+    assert dets.boxes[:, 4].tolist() == [0.0, 2.0, 3.0] and dets.labels.tolist() == [0, 0, 0]
