@@ -9,10 +9,12 @@ import torch
 
 from tests.peers import import_ultralytics
 from vision_attn.losses import box_corners, pairwise_probiou, probiou, rotated_iou, rotated_nms, rotated_to_dist
+from vision_attn.models.yolo.rotated import regularize
 from vision_attn.models.yolo.obb import rotated_centres
 
 ul_metrics = import_ultralytics("ultralytics.utils.metrics")
 ul_nms = import_ultralytics("ultralytics.utils.nms")
+ul_ops = import_ultralytics("ultralytics.utils.ops")
 
 
 def cross(u: np.ndarray, v: np.ndarray) -> float:
@@ -83,6 +85,14 @@ def test_probiou_equals_ultralytics():
     torch.testing.assert_close(probiou(a, b), ul_metrics.probiou(a, b).squeeze(-1), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(probiou(a, b, floor=0.01), ul_metrics.probiou(a, b, floor=0.01).squeeze(-1))
     torch.testing.assert_close(pairwise_probiou(a, b), ul_metrics.batch_probiou(a, b), rtol=1e-6, atol=1e-6)
+
+
+def test_regularize_keeps_the_rectangle_and_equals_ultralytics():
+    boxes = random_boxes(30, 5).float()
+    regular = regularize(boxes)
+    assert ((regular[:, 4] >= 0) & (regular[:, 4] < math.pi / 2)).all()
+    torch.testing.assert_close(regular, ul_ops.regularize_rboxes(boxes))
+    torch.testing.assert_close(torch.diagonal(rotated_iou(boxes, regular)), torch.ones(30), rtol=0, atol=1e-5)
 
 
 def test_distances_invert_the_head_decoding():

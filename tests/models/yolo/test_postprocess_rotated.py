@@ -1,5 +1,7 @@
 """Oriented-box detections from the head's output: the same boxes, scores and classes as ultralytics'
 ``non_max_suppression(..., rotated=True)`` on its own OBB model's output; the end-to-end head's top-k."""
+import math
+
 import torch
 
 from vision_attn.models.yolo.postprocess import postprocess_rotated
@@ -7,6 +9,7 @@ from vision_attn.models.yolo.postprocess import postprocess_rotated
 from .peer_zoo import import_ultralytics, peer_model
 
 ul_nms = import_ultralytics("ultralytics.utils.nms")
+ul_ops = import_ultralytics("ultralytics.utils.ops")
 
 
 def test_rotated_detections_equal_ultralytics_nms():
@@ -21,7 +24,8 @@ def test_rotated_detections_equal_ultralytics_nms():
             assert len(got) == len(want) > 5
             torch.testing.assert_close(got.scores, want[:, 4])
             assert got.labels.tolist() == want[:, 5].long().tolist()
-            torch.testing.assert_close(got.boxes, torch.cat((want[:, :4], want[:, 6:]), 1))
+            # ultralytics' predictor reports each rectangle with its angle in [0, pi/2), as ours
+            torch.testing.assert_close(got.boxes, ul_ops.regularize_rboxes(torch.cat((want[:, :4], want[:, 6:]), 1)))
 
 
 def test_end_to_end_output_is_read_with_a_top_k():
@@ -31,4 +35,7 @@ def test_end_to_end_output_is_read_with_a_top_k():
     pred[0, 6] = torch.arange(5.0)  # the angle of each anchor
     (dets,) = postprocess_rotated(pred, conf=0.25, end2end=True, max_det=3)
     assert dets.scores.tolist() == [0.8999999761581421, 0.5, 0.30000001192092896]
-    assert dets.boxes[:, 4].tolist() == [0.0, 2.0, 3.0] and dets.labels.tolist() == [0, 0, 0]
+    assert dets.labels.tolist() == [0, 0, 0]
+    # angles 0, 2 and 3 rad reported in [0, pi/2): 2 and 3 turn the box a quarter turn (w and h swapped)
+    torch.testing.assert_close(dets.boxes, torch.tensor([[10.0, 10, 4, 2, 0.0], [10.0, 10, 2, 4, 2 - math.pi / 2],
+                                                         [10.0, 10, 2, 4, 3 - math.pi / 2]]))

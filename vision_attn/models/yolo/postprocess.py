@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from torchvision.ops import batched_nms, box_convert
 
-from vision_attn.models.yolo.rotated import rotated_nms
+from vision_attn.models.yolo.rotated import regularize, rotated_nms
 
 __all__ = ["Detections", "RotatedDetections", "postprocess", "postprocess_rotated", "to_original", "topk_anchors",
            "topk_pairs", "is_end_to_end"]
@@ -134,7 +134,8 @@ def postprocess(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max
 @dataclass
 class RotatedDetections:
     """One image's oriented-box detections: ``boxes`` (N, 5) (cx, cy, w, h, angle) in pixels and radians,
-    ``scores`` (N,), ``labels`` (N,) int64, sorted by falling score."""
+    the angle in [0, pi/2) (:func:`~vision_attn.models.yolo.rotated.regularize`), ``scores`` (N,),
+    ``labels`` (N,) int64, sorted by falling score."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
@@ -165,7 +166,8 @@ def postprocess_rotated(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 
         rows = pred.transpose(1, 2)
         rboxes = torch.cat((rows[..., :4], rows[..., -1:]), -1)  # (B, A, 5)
         keep = scores > conf
-        return [RotatedDetections(r[a[m]], s[m], lb[m]) for r, s, lb, m, a in zip(rboxes, scores, labels, keep, anchor)]
+        return [RotatedDetections(regularize(r[a[m]]), s[m], lb[m])
+                for r, s, lb, m, a in zip(rboxes, scores, labels, keep, anchor)]
     rows = pred.transpose(1, 2)  # (B, A, 4 + nc + 1)
     out = []
     for row in rows:
@@ -176,7 +178,7 @@ def postprocess_rotated(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 
         kept = torch.cat([g[rotated_nms(rboxes[g], scores[g], iou, overlap=overlap, method=method)] for g in groups]
                          or [label.new_zeros(0)])
         keep = kept[scores[kept].argsort(descending=True, stable=True)][:max_det]
-        out.append(RotatedDetections(rboxes[keep], scores[keep], label[keep]))
+        out.append(RotatedDetections(regularize(rboxes[keep]), scores[keep], label[keep]))
     return out
 
 

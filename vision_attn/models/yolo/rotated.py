@@ -14,9 +14,11 @@ A rotated box is ``(cx, cy, w, h, angle)`` (``xywhr``), the angle in radians, ``
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
-__all__ = ["box_corners", "covariance", "pairwise_probiou", "probiou", "rotated_iou",
+__all__ = ["box_corners", "covariance", "regularize", "pairwise_probiou", "probiou", "rotated_iou",
            "rotated_nms", "rotated_to_dist"]
 
 
@@ -27,6 +29,15 @@ def box_corners(boxes: torch.Tensor) -> torch.Tensor:
     vw = torch.cat((w / 2 * cos, w / 2 * sin), -1)  # half of the w side, (..., 2)
     vh = torch.cat((-h / 2 * sin, h / 2 * cos), -1)
     return torch.stack((ctr + vw + vh, ctr + vw - vh, ctr - vw - vh, ctr - vw + vh), -2)
+
+
+def regularize(boxes: torch.Tensor) -> torch.Tensor:
+    """Rotated boxes (..., 5) -> the same rectangles with the angle in [0, pi/2) (w and h swapped where the
+    angle, modulo pi, is pi/2 or more): one form per rectangle, as ultralytics reports them."""
+    w, h, a = boxes[..., 2], boxes[..., 3], boxes[..., 4]
+    swap = a % math.pi >= math.pi / 2
+    return torch.stack((boxes[..., 0], boxes[..., 1], torch.where(swap, h, w), torch.where(swap, w, h),
+                        a % (math.pi / 2)), -1)
 
 
 def covariance(boxes: torch.Tensor, floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
