@@ -94,7 +94,7 @@ def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not any(isinstance(m, FusedLinear) for m in model.modules()) and model.training
     stored = json.loads((tmp_path / PLANS_FILE).read_text())
-    assert [k for k in stored if k.startswith("step v2 train")] and stored[next(iter(stored))]["choice"] == name
+    assert [k for k in stored if k.startswith("step v3 train")] and stored[next(iter(stored))]["choice"] == name
     assert judge_plan(model, x, train=True, plan=plan)[0] == name  # read back, not timed again
 
 
