@@ -30,7 +30,7 @@ from pycocotools import mask as coco_mask
 from vision_attn.data.masks import encode_mask
 from vision_attn.errors import ConfigError, DataError
 
-__all__ = ["CocoResult", "coco_map", "check_category_mapping"]
+__all__ = ["CocoResult", "coco_map", "check_category_mapping", "summarise", "empty_result"]
 
 Backend = Literal["pycocotools", "faster"]
 IouType = Literal["bbox", "segm"]
@@ -189,9 +189,15 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
 
 
 def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: Backend,
-              max_dets: int, iou_type: IouType = "bbox") -> tuple[np.ndarray, list[float]]:
-    """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers."""
-    if backend == "pycocotools":
+              max_dets: int, iou_type: str = "bbox", *, sigmas: Sequence[float] | None = None,
+              evaluator: Any = None) -> tuple[np.ndarray, list[float]]:
+    """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers (10 for keypoints).
+    ``iou_type="keypoints"``: OKS with ``sigmas`` (one per keypoint), ``max_dets`` per image (COCO's 20);
+    ``evaluator``: a subclass of pycocotools' COCOeval to run instead (its own IoU)."""
+    if evaluator is not None:
+        from pycocotools.coco import COCO
+        COCOeval = evaluator
+    elif backend == "pycocotools":
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     elif backend == "faster":
@@ -210,11 +216,16 @@ def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: B
         dt = gt.loadRes(results)
         kwargs = {"print_function": lambda *a, **k: None} if backend == "faster" else {}
         ev = COCOeval(gt, dt, iou_type, **kwargs)
-        ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
+        if iou_type == "keypoints":
+            ev.params.kpt_oks_sigmas = np.asarray(sigmas, np.float64)
+            ev.params.maxDets = [max_dets]
+        else:
+            ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
         ev.evaluate()
         ev.accumulate()
-        ev.summarize()
-    return np.asarray(ev.eval["precision"]), [float(v) for v in ev.stats[:12]]
+        if iou_type != "keypoints" or max_dets == 20:  # COCOeval's keypoint summary is fixed at 20
+            ev.summarize()
+    return np.asarray(ev.eval["precision"]), [float(v) for v in getattr(ev, "stats", [])[:12]]
 
 
 def _mean(p: np.ndarray) -> float:
@@ -236,12 +247,24 @@ def coco_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Map
     if max_dets < 1:
         raise ConfigError(f"max_dets={max_dets}: give the number of detections per image to keep, at least 1")
     dataset, results, n_gt = _build(ground_truth, detections, names, ids, segm=iou_type == "segm")
-    nc = len(names)
     if not results:  # loadRes([]) raises in pycocotools: nothing detected is AP 0 wherever there is ground truth
-        per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
-        return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
+        return empty_result(names, n_gt)
     precision, stats = _evaluate(dataset, results, backend, max_dets, iou_type)
-    # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, 4 area ranges, 3 max-dets)
+    return summarise(precision, stats, names, ids, n_gt)
+
+
+def empty_result(names: Sequence[str], n_gt: np.ndarray) -> CocoResult:
+    """The result of no detections: AP 0 for every class with ground truth."""
+    per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
+    return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
+
+
+def summarise(precision: np.ndarray, stats: list[float], names: Sequence[str], ids: list[int],
+              n_gt: np.ndarray) -> CocoResult:
+    """COCOeval's precision array -> the result per class index and overall (all areas, the largest
+    max-dets)."""
+    nc = len(names)
+    # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, area ranges, max-dets)
     order = np.argsort(ids)  # COCOeval's category axis follows sorted ids; map it back to class indices
     p = np.empty_like(precision[:, :, :, 0, -1])
     p[:, :, order] = precision[:, :, :, 0, -1]
