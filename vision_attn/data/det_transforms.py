@@ -198,21 +198,31 @@ class DetectionTransform:
             "boxes": torch.from_numpy(out_boxes), "labels": torch.from_numpy(out_labels), "image_id": rec.image_id,
             "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad}
 
+    def _instances(self, dataset: DetectionDataset, index: int, points: bool) -> tuple[Any, ...]:
+        """The image, boxes, labels and instance shapes (decoded) or ``points`` (keypoints or corners) of a
+        mosaic around ``index`` (with probability ``mosaic``) or of the image alone, with the pipeline that
+        finishes it and the letterbox's scale and pad."""
+        p = self.mosaic
+        if p > 0 and self._rng.random() < p:
+            image, boxes, labels, extra = self._mosaic_image(dataset, index, with_shapes=not points,
+                                                             with_points=points)
+            return image, boxes, labels, extra, self._mosaic_tail, 1.0, (0, 0)
+        if points:
+            image, boxes, labels, extra = dataset.load_points(index)
+        else:
+            image, boxes, labels, shapes = dataset.load_instances(index)
+            extra = [s if isinstance(s, list) else decode_rle(s) for s in shapes]
+        rec = dataset.records[index]
+        scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        return image, boxes, labels, extra, self._letterbox, scale, pad
+
     def _with_masks(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """An item with ``target["masks"]`` (see the module docstring)."""
         if not dataset.masks:
             raise ConfigError(f"DetectionTransform(masks=True) on {dataset!r}, opened without masks; open it with "
                               f"masks=True")
         rec = dataset.records[index]
-        p = self.mosaic
-        if p > 0 and self._rng.random() < p:
-            image, boxes, labels, shapes = self._mosaic_image(dataset, index, with_shapes=True)
-            pipeline, scale, pad = self._mosaic_tail, 1.0, (0, 0)
-        else:
-            image, boxes, labels, shapes = dataset.load_instances(index)
-            shapes = [s if isinstance(s, list) else decode_rle(s) for s in shapes]
-            pipeline = self._letterbox
-            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        image, boxes, labels, shapes, pipeline, scale, pad = self._instances(dataset, index, points=False)
         bitmaps = [i for i, s in enumerate(shapes) if not isinstance(s, list)]
         inputs: dict[str, Any] = {"image": image, "bboxes": boxes, "labels": labels, "ids": np.arange(len(labels))}
         if bitmaps:
@@ -253,14 +263,7 @@ class DetectionTransform:
             raise ConfigError(f"DetectionTransform({kind}=True) on {dataset!r}, opened without {kind}; open it with "
                               f"{kind}=True")
         rec = dataset.records[index]
-        p = self.mosaic
-        if p > 0 and self._rng.random() < p:
-            image, boxes, labels, points = self._mosaic_image(dataset, index, with_points=True)
-            pipeline, scale, pad = self._mosaic_tail, 1.0, (0, 0)
-        else:
-            image, boxes, labels, points = dataset.load_points(index)
-            pipeline = self._letterbox
-            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        image, boxes, labels, points, pipeline, scale, pad = self._instances(dataset, index, points=True)
         out = pipeline(image=image, bboxes=boxes, labels=labels, ids=np.arange(len(labels)))
         h, w = out["image"].shape[:2]
         out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)

@@ -41,7 +41,6 @@ import cv2
 import numpy as np
 
 from vision_attn.data.digit_boxes import (
-    CANVAS_SIZES,
     DEMO_CONFIG,
     DIGIT_NAMES,
     INK_THRESHOLD,
@@ -49,6 +48,8 @@ from vision_attn.data.digit_boxes import (
     DigitBoxesConfig,
     _iou,
     _link,
+    blank_canvas,
+    digit_patches,
     digit_scans,
 )
 from vision_attn.errors import ConfigError
@@ -97,23 +98,15 @@ def _warp(rng: np.random.Generator, kind: Kind, pw: int, ph: int) -> np.ndarray:
 
 def _draw(rng: np.random.Generator, scans: np.ndarray, digits: np.ndarray, cfg: DigitBoxesConfig,
           kind: Kind) -> WarpedDigits:
-    h, w = CANVAS_SIZES[rng.integers(len(CANVAS_SIZES))]
-    background = rng.uniform(0, 90, size=3)
-    canvas = background + rng.normal(0.0, cfg.noise, size=(h, w, 1))
+    canvas, n = blank_canvas(rng, cfg)
+    h, w = canvas.shape[:2]
     boxes: list[np.ndarray] = []
     labels: list[int] = []
     corners: list[np.ndarray] = []
     inks: list[np.ndarray] = []
-    n = 0 if rng.random() < cfg.empty_fraction else int(rng.integers(1, cfg.max_digits + 1))
     half = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]])  # pixel centres -> corners
-    for _ in range(n):
-        k = int(rng.integers(len(scans)))
-        ph = int(rng.integers(cfg.min_size, cfg.max_size + 1))
-        pw = int(np.clip(round(ph * rng.uniform(0.8, 1.2)), 8, w))
-        alpha = np.clip(cv2.resize(scans[k], (pw, ph), interpolation=cv2.INTER_LANCZOS4), 0.0, 1.0)
-        ink = alpha >= INK_THRESHOLD
-        if not ink.any():
-            continue
+    for k, alpha, ink in digit_patches(rng, scans, cfg, w, n):
+        ph, pw = alpha.shape
         rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
         x0, y0, x1, y1 = cols[0], rows[0], cols[-1] + 1, rows[-1] + 1
         ink_corners = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)

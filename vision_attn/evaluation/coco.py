@@ -30,7 +30,8 @@ from pycocotools import mask as coco_mask
 from vision_attn.data.masks import encode_mask
 from vision_attn.errors import ConfigError, DataError
 
-__all__ = ["CocoResult", "coco_map", "check_category_mapping", "summarise", "empty_result"]
+__all__ = ["CocoResult", "coco_map", "check_category_mapping", "summarise", "empty_result", "truth_image",
+           "found_image"]
 
 Backend = Literal["pycocotools", "faster"]
 IouType = Literal["bbox", "segm"]
@@ -135,6 +136,26 @@ def _masks(entry: Mapping[str, Any], n: int, size: tuple[int, int], what: str) -
     return [_rle(m, size, what) for m in masks]
 
 
+def truth_image(g: Mapping[str, Any], seen: set[int]) -> tuple[int, str, tuple[int, int]]:
+    """A ground-truth entry's image id (added to ``seen``; a repeat is an error), its name in errors and its
+    (h, w)."""
+    iid = int(g["image_id"])
+    if iid in seen:
+        raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
+    seen.add(iid)
+    h, w = (int(v) for v in g["orig_size"])
+    return iid, f"ground truth of image_id {iid}", (h, w)
+
+
+def found_image(d: Mapping[str, Any], seen: set[int], kind: str) -> tuple[int, str]:
+    """A result entry's image id, which must be among the ground truth's (``seen``), and its name in errors."""
+    iid = int(d["image_id"])
+    what = f"{kind} of image_id {iid}"
+    if iid not in seen:
+        raise DataError(f"{what}: no such image in the ground truth; evaluate {kind} of the same images")
+    return iid, what
+
+
 def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]],
            names: Sequence[str], ids: list[int], segm: bool = False
            ) -> tuple[dict[str, Any], list[dict[str, Any]], np.ndarray]:
@@ -143,12 +164,7 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
     seen: set[int] = set()
     n_gt = np.zeros(nc, np.int64)
     for g in ground_truth:
-        iid = int(g["image_id"])
-        if iid in seen:
-            raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
-        seen.add(iid)
-        h, w = (int(v) for v in g["orig_size"])
-        what = f"ground truth of image_id {iid}"
+        iid, what, (h, w) = truth_image(g, seen)
         boxes = _array(g["boxes"], np.float64, (4,), what)
         labels = _labels(g["labels"], len(boxes), nc, what, "labels are class indices (0-based), not category ids")
         crowd = np.asarray(g.get("iscrowd", np.zeros(len(boxes), bool)), bool).reshape(-1)
@@ -167,10 +183,7 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
     sizes = {im["id"]: (im["height"], im["width"]) for im in images}
     results: list[dict[str, Any]] = []
     for d in detections:
-        iid = int(d["image_id"])
-        what = f"detections of image_id {iid}"
-        if iid not in seen:
-            raise DataError(f"{what}: no such image in the ground truth; evaluate detections of the same images")
+        iid, what = found_image(d, seen, "detections")
         boxes = _array(d["boxes"], np.float64, (4,), what)
         scores = _array(d["scores"], np.float64, (), what)
         if len(scores) != len(boxes):

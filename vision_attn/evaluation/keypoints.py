@@ -25,7 +25,9 @@ from vision_attn.evaluation.coco import (
     _xywh,
     check_category_mapping,
     empty_result,
+    found_image,
     summarise,
+    truth_image,
 )
 from vision_attn.errors import ConfigError, DataError
 
@@ -58,12 +60,7 @@ def keypoint_map(ground_truth: Sequence[Mapping[str, Any]], predictions: Sequenc
     images, annotations, seen = [], [], set()
     n_gt = np.zeros(nc, np.int64)
     for g in ground_truth:
-        iid = int(g["image_id"])
-        if iid in seen:
-            raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
-        seen.add(iid)
-        what = f"ground truth of image_id {iid}"
-        h, w = (int(v) for v in g["orig_size"])
+        iid, what, (h, w) = truth_image(g, seen)
         boxes = _array(g["boxes"], np.float64, (4,), what)
         labels = _labels(g["labels"], len(boxes), nc, what, "labels are class indices (0-based), not category ids")
         kpts = _points(g["keypoints"], len(boxes), k, what)
@@ -78,10 +75,7 @@ def keypoint_map(ground_truth: Sequence[Mapping[str, Any]], predictions: Sequenc
                                 "keypoints": p[:, :3].reshape(-1).tolist()})
     results = []
     for d in predictions:
-        iid = int(d["image_id"])
-        what = f"predictions of image_id {iid}"
-        if iid not in seen:
-            raise DataError(f"{what}: no such image in the ground truth; evaluate predictions of the same images")
+        iid, what = found_image(d, seen, "predictions")
         scores = _array(d["scores"], np.float64, (), what)
         labels = _labels(d["labels"], len(scores), nc, what, "predictions carry class indices 0..nc-1")
         kpts = _points(d["keypoints"], len(scores), k, what)

@@ -23,7 +23,9 @@ from vision_attn.evaluation.coco import (
     _labels,
     check_category_mapping,
     empty_result,
+    found_image,
     summarise,
+    truth_image,
 )
 from vision_attn.evaluation.rotated_iou import rotated_iou
 from vision_attn.data.rotated import xywhr_to_corners
@@ -66,12 +68,7 @@ def obb_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapp
     images, annotations, seen = [], [], set()
     n_gt = np.zeros(nc, np.int64)
     for g in ground_truth:
-        iid = int(g["image_id"])
-        if iid in seen:
-            raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
-        seen.add(iid)
-        what = f"ground truth of image_id {iid}"
-        h, w = (int(v) for v in g["orig_size"])
+        iid, what, (h, w) = truth_image(g, seen)
         r = _rboxes(g["rboxes"], what)
         labels = _labels(g["labels"], len(r), nc, what, "labels are class indices (0-based), not category ids")
         n_gt += np.bincount(labels, minlength=nc)
@@ -81,10 +78,7 @@ def obb_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapp
                         for j, (b, c, q) in enumerate(zip(_enclosing(r), labels.tolist(), r))]
     results = []
     for d in detections:
-        iid = int(d["image_id"])
-        what = f"detections of image_id {iid}"
-        if iid not in seen:
-            raise DataError(f"{what}: no such image in the ground truth; evaluate detections of the same images")
+        iid, what = found_image(d, seen, "detections")
         r = _rboxes(d["rboxes"], what)
         scores = _array(d["scores"], np.float64, (), what)
         if len(scores) != len(r):
