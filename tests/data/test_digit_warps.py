@@ -60,3 +60,15 @@ def test_obb_set_reads_its_rotated_digits(tmp_path):
     for rec, item in zip(ds.records, items):
         np.testing.assert_allclose(rec.corners, item.corners, atol=2e-3 * 160)
     assert {"digit-keypoints", "digit-obb"} <= set(DEMO_DATASETS)
+
+
+def test_demo_names_resolve_through_the_cache_and_check(tmp_path, monkeypatch):
+    from vision_attn.data import check_data, digit_boxes
+
+    monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    monkeypatch.setattr(digit_boxes, "DEMO_CONFIG", TINY)
+    kp = open_detection("demo:digit-keypoints", "val", keypoints=True)
+    assert (tmp_path / "digit-keypoints-v1" / "coco").is_dir() and kp.keypoint_spec.num == 4 and len(kp) == 3
+    assert open_detection("demo:digit-obb", "val", obb=True).obb
+    report = check_data("demo:digit-keypoints")
+    assert report.ok and report.task == "det" and report.splits == {"train": 6, "val": 3}

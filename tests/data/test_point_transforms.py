@@ -55,17 +55,19 @@ def test_letterbox_moves_keypoints_by_scale_and_pad(tmp_path):
         np.testing.assert_allclose(_centroid(image.numpy(), colour), t["keypoints"][0, k, :2].numpy(), atol=0.6)
 
 
-@pytest.mark.parametrize("hflip", [0.0, 1.0])
-def test_rotating_affine_and_flip_carry_keypoints_with_the_image(tmp_path, hflip):
+@pytest.mark.parametrize("hflip, vflip", [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
+def test_rotating_affine_and_flip_carry_keypoints_with_the_image(tmp_path, hflip, vflip):
     ds = _pose_set(tmp_path)
     ds.transform = DetectionTransform(64, train=True, mosaic=0.0, degrees=40, scale=0.2, translate=0.05,
-                                      hflip=hflip, hsv=(0, 0, 0), min_visibility=0.0, seed=1, keypoints=True)
+                                      hflip=hflip, vflip=vflip, hsv=(0, 0, 0), min_visibility=0.0, seed=1,
+                                      keypoints=True)
     checked = 0
     for _ in range(6):
         image, t = ds[0]
         for inst in t["keypoints"].numpy():
             for k, (x, y, v) in enumerate(inst):
-                # flipped: point 0 is the mirror of point 1 (flip_idx [1, 0]), so it marks the green block
+                # mirrored: point 0 is the mirror of point 1 (flip_idx [1, 0]), so it marks the green block;
+                # turned upside down: no swap (flip_idx is for horizontal flips)
                 colour = (RED, GREEN)[k if hflip == 0 else 1 - k]
                 if v > 0:
                     np.testing.assert_allclose(_centroid(image.numpy(), colour), (x, y), atol=0.8)

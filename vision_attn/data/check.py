@@ -71,9 +71,9 @@ class DataCheck:
 
 def detect_task(source: str | os.PathLike) -> str:
     """``"det"`` for a detection set (a data YAML, a folder with ``data.yaml``, COCO ``annotations/``,
-    or ``coco/``/``yolo/`` copies, ``demo:digit-boxes``), else ``"cls``."""
+    or ``coco/``/``yolo/`` copies, ``demo:digit-boxes`` and the other ``demo:digit-*`` sets), else ``"cls``."""
     if is_demo(source):
-        return "det" if str(source) == "demo:digit-boxes" else "cls"
+        return "det" if str(source).startswith("demo:digit-") else "cls"  # the detection-like demos
     path = Path(source)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         return "det"
