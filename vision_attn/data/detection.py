@@ -354,8 +354,7 @@ def yolo_targets(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
     counts = [len(b) for b in batch["labels"]]
     out = {"batch_idx": torch.repeat_interleave(torch.arange(len(counts), dtype=torch.float32),
                                                 torch.tensor(counts, dtype=torch.long)),
-           "cls": torch.cat([lab.reshape(-1) for lab in batch["labels"]]).float().reshape(-1, 1) if counts
-           else torch.zeros(0, 1)}
+           "cls": torch.cat([lab.reshape(-1) for lab in batch["labels"]]).float().reshape(-1, 1)}
     scale = torch.tensor([w, h, w, h], dtype=torch.float32)
     if "rboxes" in batch:
         r = torch.cat([b.reshape(-1, 5) for b in batch["rboxes"]]).float()
