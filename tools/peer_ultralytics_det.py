@@ -102,8 +102,8 @@ def per_epoch(results: Path) -> list[dict[str, float]]:
         rows = [{k.strip(): v for k, v in row.items()} for row in csv.DictReader(f)]
     return [{"epoch": int(float(r["epoch"])), "map50": round(float(r["metrics/mAP50(B)"]), 4),
              "map": round(float(r["metrics/mAP50-95(B)"]), 4),
-             **({"kpt_map50": round(float(r["metrics/mAP50(P)"]), 4), "kpt_map": round(float(r["metrics/mAP50-95(P)"]), 4)}
-                if "metrics/mAP50(P)" in r else {})} for r in rows]
+             **({"kpt_map50": round(float(r["metrics/mAP50(P)"]), 4),
+                 "kpt_map": round(float(r["metrics/mAP50-95(P)"]), 4)} if "metrics/mAP50(P)" in r else {})} for r in rows]
 
 
 if __name__ == "__main__":

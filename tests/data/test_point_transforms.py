@@ -140,7 +140,8 @@ def test_oriented_boxes_follow_the_image(tmp_path, mosaic):
         white = int((image.numpy()[0] > 0.5).sum())
         for box in r:
             share, area = _inside_share(image.numpy(), box)
-            assert share > (0.8 if area > 100 else 0.6)  # the box sits on its rectangle (edges weigh more in a small one)
+            # the box sits on its rectangle (its edge pixels weigh more in a small one)
+            assert share > (0.8 if area > 100 else 0.6)
             if mosaic == 0:  # and covers it: nothing of it is left outside the box
                 assert area > 0.85 * white
             n += 1
