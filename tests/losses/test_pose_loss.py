@@ -8,7 +8,8 @@ from pycocotools import cocoeval
 from tests.models.yolo.peer_zoo import peer_dict, peer_yaml, ultralytics_tasks
 from tests.peers import import_ultralytics
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.losses import COCO_SIGMAS, Pose26Loss, PoseLoss, detector_loss
+from vision_attn.data.keypoints import COCO_SIGMAS
+from vision_attn.losses import Pose26Loss, PoseLoss, detector_loss, keypoint_sigmas
 from vision_attn.models.yolo import build_detector
 
 from .test_obb_loss import HYP, SIZE, per_level
@@ -64,7 +65,8 @@ def test_matches_ultralytics_v8_pose_loss(kpt_shape, sigmas):
 
 
 def test_coco_sigmas_are_ultralytics_and_pycocotools_ones():
-    ours = torch.tensor(COCO_SIGMAS, dtype=torch.float64)
+    ours = keypoint_sigmas((17, 3)).double()  # the loss's default for COCO's 17 keypoints
+    assert torch.allclose(ours, torch.from_numpy(COCO_SIGMAS).double())
     assert torch.allclose(ours, torch.from_numpy(ul_metrics.OKS_SIGMA).double())
     assert torch.allclose(ours, torch.from_numpy(cocoeval.Params(iouType="keypoints").kpt_oks_sigmas).double())
 

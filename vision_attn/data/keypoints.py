@@ -23,7 +23,7 @@ import numpy as np
 
 from vision_attn.errors import DataError
 
-__all__ = ["KeypointSpec", "COCO_SIGMAS", "COCO_FLIP_IDX", "keypoint_spec_from_yaml", "keypoint_spec_from_coco",
+__all__ = ["KeypointSpec", "COCO_SIGMAS", "COCO_FLIP_IDX", "default_sigmas", "keypoint_spec_from_yaml", "keypoint_spec_from_coco",
            "check_flip_idx", "flip_from_names"]
 
 # COCO's person keypoints (nose, eyes, ears, shoulders, elbows, wrists, hips, knees, ankles): its OKS sigmas
@@ -55,7 +55,9 @@ class KeypointSpec:
                 "skeleton": [list(p) for p in self.skeleton]}
 
 
-def _default_sigmas(num: int, dims: int) -> tuple[float, ...]:
+def default_sigmas(num: int, dims: int) -> tuple[float, ...]:
+    """The OKS sigmas of K = ``num`` keypoints of ``dims`` numbers when the data gives none: COCO's for
+    (17, 3), else ``1 / K`` each (ultralytics' rule, its validator's and its loss's)."""
     if (num, dims) == (17, 3):
         return tuple(COCO_SIGMAS.tolist())
     return (1.0 / num,) * num
@@ -109,7 +111,7 @@ def keypoint_spec_from_yaml(doc: dict[str, Any], file: Path) -> KeypointSpec:
     flip = doc.get("flip_idx")
     flip_idx = check_flip_idx(flip, num, f"data YAML {file}: flip_idx") if flip is not None else None
     sigmas = (_sigmas(doc["kpt_oks_sigmas"], num, f"data YAML {file}: kpt_oks_sigmas")
-              if doc.get("kpt_oks_sigmas") is not None else _default_sigmas(num, dims))
+              if doc.get("kpt_oks_sigmas") is not None else default_sigmas(num, dims))
     names: tuple[str, ...] = ()
     kn = doc.get("kpt_names")
     if isinstance(kn, dict) and kn:
@@ -150,5 +152,5 @@ def keypoint_spec_from_coco(categories: list[Any], file: Path, flip_idx: Sequenc
             raise DataError(f"{file}: categories[{i0}].skeleton[{j}] is {pair!r}; give two 1-based point indices "
                             f"in 1..{num}")
         skeleton.append((pair[0] - 1, pair[1] - 1))
-    sig = _sigmas(list(sigmas), num, "kpt_oks_sigmas") if sigmas is not None else _default_sigmas(num, 3)
+    sig = _sigmas(list(sigmas), num, "kpt_oks_sigmas") if sigmas is not None else default_sigmas(num, 3)
     return KeypointSpec(num, 3, flip, sig, tuple(names), tuple(skeleton))

@@ -12,8 +12,9 @@ the visibility term is the BCE of the predicted visibility logit against "labell
 ``total = box_gain * box + pose_gain * pose + kobj_gain * kobj + cls_gain * cls + dfl_gain * dfl``
 (7.5, 12, 1, 0.5, 1.5), per image like :class:`~vision_attn.losses.DetectionLoss`.
 
-Sigmas: the data set's (one per keypoint), else COCO's for ``kpt_shape`` (17, 3) (:data:`COCO_SIGMAS`,
-those of pycocotools' keypoint evaluation), else ``1 / K`` each.
+Sigmas: the data set's (one per keypoint), else COCO's for ``kpt_shape`` (17, 3)
+(:data:`vision_attn.data.keypoints.COCO_SIGMAS`, those of pycocotools' keypoint evaluation), else ``1 / K``
+each.
 """
 from __future__ import annotations
 
@@ -24,16 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vision_attn.data.keypoints import default_sigmas
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.losses.detection import DetectionLoss
 
-__all__ = ["COCO_SIGMAS", "PoseLoss", "PoseParts", "keypoint_sigmas", "oks_term", "pad_keypoints"]
-
-COCO_SIGMAS = (0.026, 0.025, 0.025, 0.035, 0.035, 0.079, 0.079, 0.072, 0.072, 0.062, 0.062, 0.107, 0.107, 0.087,
-               0.087, 0.089, 0.089)
-"""The OKS sigmas of COCO's 17 person keypoints (nose, eyes, ears, shoulders, elbows, wrists, hips, knees,
-ankles), as pycocotools' keypoint evaluation has them."""
-
+__all__ = ["PoseLoss", "PoseParts", "keypoint_sigmas", "oks_term", "pad_keypoints"]
 
 @dataclass
 class PoseParts:
@@ -49,13 +45,11 @@ class PoseParts:
 
 
 def keypoint_sigmas(kpt_shape: Sequence[int], sigmas: Sequence[float] | torch.Tensor | None = None) -> torch.Tensor:
-    """The OKS sigma of each keypoint (K,): ``sigmas`` (checked: K positive numbers), else COCO's for
-    (17, 3), else ``1 / K``."""
+    """The OKS sigma of each keypoint (K,): ``sigmas`` (checked: K positive numbers), else the data's default
+    (:func:`vision_attn.data.keypoints.default_sigmas`: COCO's for (17, 3), else ``1 / K``)."""
     k = int(kpt_shape[0])
     if sigmas is None:
-        if tuple(kpt_shape) == (17, 3):
-            return torch.tensor(COCO_SIGMAS)
-        return torch.full((k,), 1.0 / k)
+        return torch.tensor(default_sigmas(k, int(kpt_shape[1])), dtype=torch.float32)
     out = torch.as_tensor(sigmas, dtype=torch.float32).flatten()
     if out.numel() != k or not bool((out > 0).all()):
         raise ConfigError(f"keypoint sigmas {out.tolist()} must be {k} positive numbers, one per keypoint")

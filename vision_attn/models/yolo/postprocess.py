@@ -147,16 +147,14 @@ class RotatedDetections:
 
 def postprocess_rotated(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 0.7, max_det: int = 300,
                         pre_nms: int = 30000, multi_label: bool = False, agnostic: bool = False,
-                        end2end: bool = False, overlap: str = "probiou", method: str = "fast"
-                        ) -> list[RotatedDetections]:
+                        end2end: bool = False, method: str = "fast") -> list[RotatedDetections]:
     """An oriented-box head's output (B, 4 + nc + 1, A) (rotated cx, cy, w, h in pixels, class
     probabilities, angle) -> one :class:`RotatedDetections` per image.
 
     ``conf``, ``multi_label``, ``pre_nms``, ``agnostic``, ``max_det``, ``end2end``: as :func:`postprocess`.
-    NMS (:func:`~vision_attn.models.yolo.rotated.rotated_nms`) within each class (across classes with
-    ``agnostic``) at ``iou`` with ``overlap``
-    ``"probiou"`` and ``method`` ``"fast"`` by default, as ultralytics predicts; ``"iou"`` (the exact
-    polygon IoU) and ``"greedy"`` for the classic rule.
+    NMS (:func:`~vision_attn.models.yolo.rotated.rotated_nms`, on ProbIoU) within each class (across
+    classes with ``agnostic``) at ``iou``; ``method`` ``"fast"`` as ultralytics predicts, ``"greedy"`` the
+    classic rule.
     """
     if pred.ndim != 3 or pred.shape[1] < 6:
         raise ValueError(f"expected an oriented-box head's output (B, 4 + nc + 1, A), got {tuple(pred.shape)}")
@@ -175,7 +173,7 @@ def postprocess_rotated(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 
         rboxes = torch.cat((row[anchor, :4], row[anchor, -1:]), -1)
         groups = [torch.arange(len(label), device=label.device)] if agnostic else \
             [(label == c).nonzero(as_tuple=True)[0] for c in label.unique()]  # classes never suppress each other
-        kept = torch.cat([g[rotated_nms(rboxes[g], scores[g], iou, overlap=overlap, method=method)] for g in groups]
+        kept = torch.cat([g[rotated_nms(rboxes[g], scores[g], iou, method=method)] for g in groups]
                          or [label.new_zeros(0)])
         keep = kept[scores[kept].argsort(descending=True, stable=True)][:max_det]
         out.append(RotatedDetections(regularize(rboxes[keep]), scores[keep], label[keep]))
