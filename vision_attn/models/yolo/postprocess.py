@@ -19,8 +19,8 @@ from torchvision.ops import batched_nms, box_convert
 
 from vision_attn.models.yolo.rotated import regularize, rotated_nms
 
-__all__ = ["Detections", "RotatedDetections", "postprocess", "postprocess_rotated", "to_original", "topk_anchors",
-           "topk_pairs", "is_end_to_end"]
+__all__ = ["Detections", "RotatedDetections", "postprocess", "postprocess_rotated", "to_original",
+           "keypoints_to_original", "rotated_to_original", "topk_anchors", "topk_pairs", "is_end_to_end"]
 
 
 @dataclass
@@ -180,12 +180,17 @@ def postprocess_rotated(pred: torch.Tensor, *, conf: float = 0.25, iou: float = 
     return out
 
 
+def _factors(scale: float | Sequence[float] | torch.Tensor) -> tuple[float, float]:
+    """One letterbox factor or (sx, sy) -> (sx, sy)."""
+    factors = torch.as_tensor(scale, dtype=torch.float64).flatten().tolist()
+    return factors[0], factors[-1]
+
+
 def to_original(boxes: torch.Tensor, *, scale: float | Sequence[float] | torch.Tensor, pad: Sequence[float],
                 orig_size: Sequence[int]) -> torch.Tensor:
     """Boxes (N, 4) xyxy in network-input pixels -> original image pixels: ``(box - pad) / scale``,
     clipped to the image. ``scale``: one factor or (sx, sy); ``pad``: (left, top); ``orig_size``: (h, w)."""
-    factors = torch.as_tensor(scale, dtype=torch.float64).flatten().tolist()
-    sx, sy = factors[0], factors[-1]
+    sx, sy = _factors(scale)
     left, top = float(pad[0]), float(pad[1])
     h, w = int(orig_size[0]), int(orig_size[1])
     shift = boxes.new_tensor([left, top, left, top])
@@ -193,4 +198,29 @@ def to_original(boxes: torch.Tensor, *, scale: float | Sequence[float] | torch.T
     out = (boxes - shift) / factor
     out[:, 0::2] = out[:, 0::2].clamp(0, w)
     out[:, 1::2] = out[:, 1::2].clamp(0, h)
+    return out
+
+
+def keypoints_to_original(kpts: torch.Tensor, *, scale: float | Sequence[float] | torch.Tensor,
+                          pad: Sequence[float], orig_size: Sequence[int]) -> torch.Tensor:
+    """Keypoints (..., K, D) (x, y in network-input pixels[, visibility]) -> x, y in original image pixels,
+    clipped to the image (the letterbox geometry of :func:`to_original`); a new tensor."""
+    sx, sy = _factors(scale)
+    out = kpts.clone()
+    out[..., 0] = ((kpts[..., 0] - float(pad[0])) / sx).clamp(0, int(orig_size[1]))
+    out[..., 1] = ((kpts[..., 1] - float(pad[1])) / sy).clamp(0, int(orig_size[0]))
+    return out
+
+
+def rotated_to_original(rboxes: torch.Tensor, *, scale: float | Sequence[float] | torch.Tensor,
+                        pad: Sequence[float]) -> torch.Tensor:
+    """Rotated boxes (N, 5) in network-input pixels -> original image pixels: the centre moved by the
+    padding, centre and size divided by the scale (x and w by sx, y and h by sy), the angle kept; not
+    clipped (a rotated box may reach past the image). A new tensor."""
+    sx, sy = _factors(scale)
+    out = rboxes.clone()
+    out[:, 0] = (rboxes[:, 0] - float(pad[0])) / sx
+    out[:, 1] = (rboxes[:, 1] - float(pad[1])) / sy
+    out[:, 2] = rboxes[:, 2] / sx
+    out[:, 3] = rboxes[:, 3] / sy
     return out
