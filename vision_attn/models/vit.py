@@ -40,7 +40,7 @@ from vision_attn.layers.eva_rope import RopeEva
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
-from vision_attn.layers.token_merging import MergingBlock, TokenSizes
+from vision_attn.layers.token_merging import MergingAttention, MergingBlock, TokenSizes
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
@@ -167,14 +167,6 @@ class VisionTransformer(TimmContract, nn.Module):
         block_fn = BLOCKS.get(block) if isinstance(block, str) else block
         if block_fn is None:
             raise ConfigError(f"block={block!r}: choose one of {sorted(BLOCKS)} or pass a block class")
-        num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
-        self.token_sizes = TokenSizes() if token_merging else None
-        if token_merging:
-            if token_merging < 0 or block_fn is not Block or attn_class is not Attention or pos_embed in ("rope", "learn_rope"):
-                raise ConfigError(f"token_merging={token_merging!r}: merges tokens of the pre-norm block with the standard "
-                                  f"attention and an absolute or no position embedding; give r >= 0 with block='pre', "
-                                  f"the default attention and pos_embed 'learn', 'sincos2d' or 'none'")
-            block_fn = functools.partial(MergingBlock, r=token_merging, protected=num_prefix_tokens, sizes=self.token_sizes)
 
         self.num_classes = num_classes
         self.num_features = self.embed_dim = embed_dim
@@ -182,7 +174,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.pos_embed_kind = pos_embed
         self.distilled = distilled
         self.distilled_training = distilled
-        self.num_prefix_tokens = num_prefix_tokens
+        self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
         self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
         self.no_embed_class = no_embed_class or pos_embed not in ("learn", "learn_rope")
@@ -229,6 +221,24 @@ class VisionTransformer(TimmContract, nn.Module):
         reduction = max(self.patch_embed.patch_size)
         self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f"blocks.{i}") for i in range(depth)]
         self.init_weights()
+        self.token_sizes: TokenSizes | None = None
+        if token_merging:
+            self.set_token_merging(token_merging)
+
+    def set_token_merging(self, r: int) -> None:
+        """From now on each block merges ``r`` pairs of patch tokens after attention (ToMe; 0: none), in
+        place: the blocks become :class:`~vision_attn.layers.token_merging.MergingBlock` with the same
+        parameters. Only pre-norm blocks with the standard attention and an absolute (or no) position
+        embedding merge; anything else is a ConfigError."""
+        plain = all(type(b) in (Block, MergingBlock) and type(b.attn) in (Attention, MergingAttention) for b in self.blocks)
+        if not isinstance(r, int) or r < 0 or not plain or self.rope is not None:
+            raise ConfigError(f"token_merging={r!r}: merges tokens of the pre-norm block with the standard attention "
+                              f"and an absolute or no position embedding; give r >= 0 with block='pre', the default "
+                              f"attention and pos_embed 'learn', 'sincos2d' or 'none'")
+        self.token_sizes = TokenSizes() if r else None
+        for blk in self.blocks:
+            blk.__class__, blk.attn.__class__ = (MergingBlock, MergingAttention) if r else (Block, Attention)
+            blk.r, blk.protected, blk.sizes = r, self.num_prefix_tokens, self.token_sizes
 
     # ---------------------------------------------------------------- init and bookkeeping
     def init_weights(self) -> None:
