@@ -44,7 +44,7 @@ def run_search(config: str, space: str | os.PathLike, *, trials: int, out: str |
         raise ConfigError(f"--trials {trials}: give at least 1")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: give at least 1")
-    out = Path(out)
+    out = Path(out).absolute()  # the run folders recorded in the study: any worker finds them
     path, task, cfg = read_config(config)
     headline = get_task(task).headline
     if not headline:
@@ -61,7 +61,7 @@ def run_search(config: str, space: str | os.PathLike, *, trials: int, out: str |
                 "metric": headline[0][0], "trials": trials}
     name = study or f"search_{path.stem}"
     handle: StudyHandle = open_study(store, name, identity, trials=trials, sampler=sampler, pruner=pruner,
-                                     max_epochs=max_epochs, seed=None if sampler != "grid" else seed)
+                                     max_epochs=max_epochs)
     write_json(out / "search.json", {"study": name, "storage": "default" if storage is None else "given",
                                      "config": str(path), **identity})
     setup = SearchSetup(path, task, cfg, space_, out, seed=seed, epochs=epochs, extra=list(extra), echo=echo)

@@ -81,11 +81,18 @@ def open_storage(storage: str | None, out: Path, heartbeat: Heartbeat = Heartbea
     if storage.startswith("sqlite"):
         engine["connect_args"] = {"timeout": 120}  # several workers on one file wait for its lock
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            return RDBStorage(storage, engine_kwargs=engine, heartbeat_interval=heartbeat.interval_s,
-                              grace_period=heartbeat.grace_s,
-                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ExperimentalWarning)
+                    return RDBStorage(storage, engine_kwargs=engine, heartbeat_interval=heartbeat.interval_s,
+                                      grace_period=heartbeat.grace_s,
+                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+                if attempt == 4:  # workers that start together create the tables together: one wins
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as e:
         first = str(getattr(e, "orig", None) or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"--storage {_shown(storage)}: cannot reach the database ({first}); check the URL, that "
@@ -195,15 +202,17 @@ class _Surplus(Exception):
     """A trial numbered past the quota: ended at once (FAIL, user attribute ``surplus``)."""
 
 
-def _heartbeat_enabled(storage: BaseStorage) -> bool:
-    return isinstance(storage, RDBStorage) and storage.heartbeat_interval is not None
+def _heartbeat_s(storage: BaseStorage) -> int | None:
+    """The storage's heartbeat interval (a database's; None for a journal file)."""
+    interval = getattr(storage, "get_heartbeat_interval", None)  # RDBStorage, also behind Optuna's cache
+    return interval() if interval is not None else None
 
 
 def run_worker(handle: StudyHandle, objective: Objective, *, echo: Callable[[str], None] = print) -> int:
     """Run trials of the study until its quota is met and no trial is waiting; with a heartbeat, wait for the
     trials other workers run (one of them may go stale and come back as a retry). Returns the trials run here."""
     study, storage = handle.study, handle.study._storage
-    beat = _heartbeat_enabled(storage)
+    beat = _heartbeat_s(storage)
     ran = 0
 
     def body(trial: Trial) -> tuple[float, float]:
@@ -225,7 +234,7 @@ def run_worker(handle: StudyHandle, objective: Objective, *, echo: Callable[[str
         waiting = sum(t.state == TrialState.WAITING for t in trials)
         if waiting == 0 and len(_fresh(trials)) >= handle.trials:
             if beat and any(t.state == TrialState.RUNNING for t in trials):
-                time.sleep(min(storage.heartbeat_interval, 5))
+                time.sleep(min(beat, 5))
                 continue
             return ran
         study.optimize(body, n_trials=1, catch=(_Surplus,), gc_after_trial=True)
