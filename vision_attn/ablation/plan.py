@@ -176,7 +176,9 @@ def _default_after(rows: list[list[Any]], section: str, n_backbone: int) -> str:
 
 
 def detector_variants(cfg: dict[str, Any], config: Path, blocks: list[str], sites: str, after: str | None,
-                       folder: Path) -> tuple[dict[str, list[str]], str | None]:
+                       folder: Path, *, reuse: bool = False) -> tuple[dict[str, list[str]], str | None]:
+    """The variants' arguments, each block's edited YAML written to ``folder/variants/`` (``reuse``: a YAML
+    already there, written by this edit before, is kept: the edit and its build checks are not repeated)."""
     model = cfg["model"]
     source = resolve_path(str(model["yaml"]), base=config.parent, kinds=("model",))
     if source is None or not source.is_file():
@@ -200,7 +202,8 @@ def detector_variants(cfg: dict[str, Any], config: Path, blocks: list[str], site
     for block in blocks[1:]:
         out = folder / "variants" / f"{block.lower()}.yaml"
         try:
-            insert_attention_file(source, out, block, after=after, at=at, section=section)
+            if not (reuse and out.is_file()):
+                insert_attention_file(source, out, block, after=after, at=at, section=section)
         except ConfigError as e:
             raise ConfigError(f"--sites {sites}: {e}") from None
         variants[block.lower()] = ["--model.yaml", str(out.resolve()), *scale_args]

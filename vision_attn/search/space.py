@@ -93,9 +93,9 @@ def _detector_scales(cfg: dict[str, Any], config: Path) -> list[str]:
 def variant_arguments(cfg: dict[str, Any], config: Path, task: str, block: str, site: str,
                       folder: Path) -> list[str]:
     """The `train` arguments that put ``block`` at ``site`` (``ablate``'s variant of that block; a detector's
-    edited YAML written under ``folder``)."""
+    edited YAML written under ``folder``, or the one an earlier trial wrote there)."""
     if get_task(task).insertion == "yaml":
-        variants, _ = detector_variants(cfg, config, ["none", block], site, None, folder)
+        variants, _ = detector_variants(cfg, config, ["none", block], site, None, folder, reuse=True)
     else:
         variants, _ = classifier_variants(cfg, ["none", block], site, None)
     return variants[block.lower()]

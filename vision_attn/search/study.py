@@ -88,8 +88,11 @@ def open_storage(storage: str | None, out: Path, heartbeat: Heartbeat = Heartbea
                     return RDBStorage(storage, engine_kwargs=engine, heartbeat_interval=heartbeat.interval_s,
                                       grace_period=heartbeat.grace_s,
                                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
-            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-                if attempt == 4:  # workers that start together create the tables together: one wins
+            except sqlalchemy.exc.SQLAlchemyError as e:
+                # workers that start together create the tables together: one wins, the others read them
+                racing = isinstance(e, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)) or \
+                    "already exists" in str(e)
+                if attempt == 4 or not racing:
                     raise
                 time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")

@@ -11,6 +11,7 @@ its folder is a finished run of fewer epochs.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,8 @@ def _arguments(setup: SearchSetup, params: dict[str, Any], folder: Path) -> list
     if setup.epochs is not None:
         args += ["--trainer.max_epochs", str(setup.epochs)]
     if params["block"] != "none":
-        edits = setup.out / "edits" / folder.name
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", str(params["site"])).strip("_")
+        edits = setup.out / "edits" / f"{params['block'].lower()}-{slug}"  # one edit per block and site, reused
         args += variant_arguments(setup.cfg, setup.config, setup.task, params["block"], params["site"], edits)
     elif get_task(setup.task).insertion == "model":
         args += ["--model.attention", "none"]
