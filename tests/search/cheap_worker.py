@@ -5,13 +5,15 @@ Run as a process by the tests (it loads no torch):
 
     python cheap_worker.py STORAGE TRIALS LOG [--hang-at N] [--sampler grid]
 
-``--hang-at N``: the trial numbered N never ends (the test kills the worker there)."""
+``--hang-at N``: the trial numbered N never ends (the test kills the worker there); ``--stop-at N``: the
+trial numbered N ends as a training stopped by SIGTERM does (TrainingStopped)."""
 import argparse
 import json
 import os
 import time
 from pathlib import Path
 
+from vision_attn.errors import TrainingStopped
 from vision_attn.search.study import Heartbeat, frozen, open_storage, open_study, original_number, run_worker
 
 BLOCKS, SITES = ["SE", "CBAM"], ["backbone", "neck"]
@@ -24,6 +26,7 @@ def main() -> None:
     p.add_argument("trials", type=int)
     p.add_argument("log")
     p.add_argument("--hang-at", type=int, default=None)
+    p.add_argument("--stop-at", type=int, default=None)
     p.add_argument("--sampler", default="random")
     args = p.parse_args()
     log = Path(args.log)
@@ -37,6 +40,8 @@ def main() -> None:
             f.write(json.dumps({**record, "event": "start"}) + "\n")
         if trial.number == args.hang_at:
             time.sleep(3600)
+        if trial.number == args.stop_at and number == trial.number:  # as a training stopped by SIGTERM
+            raise TrainingStopped(f"trial {trial.number} stopped by SIGTERM")
         time.sleep(0.2)
         with open(log, "a") as f:
             f.write(json.dumps({**record, "event": "done"}) + "\n")
@@ -45,7 +50,10 @@ def main() -> None:
     storage = open_storage(args.storage, log.parent, Heartbeat(1, 2))
     handle = open_study(storage, "cheap", {"space": SPACE, "test": 1}, trials=args.trials, sampler=args.sampler,
                         seed=0)
-    run_worker(handle, objective, echo=lambda line: None)
+    try:
+        run_worker(handle, objective, echo=lambda line: None)
+    except TrainingStopped:
+        raise SystemExit(75)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,19 @@ def test_a_worker_killed_mid_trial_leaves_a_study_a_new_worker_finishes_without_
     assert {r["pid"] for r in done if r["number"] in (2, 3)} == {second.pid}
 
 
+def test_a_worker_stopped_by_sigterm_queues_its_trial_again_even_on_a_journal_file(tmp_path):
+    storage, log = str(tmp_path / "journal.log"), tmp_path / "log.jsonl"
+    first = _worker(storage, 2, log, "--stop-at", "1")
+    assert first.wait(120) == 75, first.stdout.read()  # stopped after trial 0 finished and trial 1 stopped
+    second = _worker(storage, 2, log)
+    assert second.wait(120) == 0, second.stdout.read()
+    study = optuna.load_study(study_name="cheap", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage)))
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert study.trials[2].system_attrs["failed_trial"] == 1 and study.trials[2].params == study.trials[1].params
+    assert sorted(r["original"] for r in _events(log, "done")) == [0, 1]
+
+
 def _initdb() -> Path:
     found = sorted(glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
     assert found[-1], "PostgreSQL's server binaries are missing: `apt-get install -y postgresql` (make test does)"

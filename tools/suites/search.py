@@ -7,7 +7,7 @@ interval (Student t, 95%, ``ablate``'s statistics) of the full grid's best, re-t
 configuration with the same seed).
 
     python tools/bench.py search            # the demo detector as its config says, 3 seeds
-    python tools/bench.py search --quick    # 3 epochs of 4 batches at 64 px: a smoke test of the method
+    python tools/bench.py search --quick    # 2 blocks x 2 sites, 3 epochs of 2 batches at 64 px: a smoke test
 """
 from __future__ import annotations
 
@@ -84,13 +84,14 @@ def run(p, record) -> None:
 
 SUITE = Suite("search", "a 16-trial search with pruning against the same 16 trials trained fully (demo detector)", run, (
     Param("config", "demo_digit_boxes", "a detector training config"),
-    Param("blocks", "SE,CBAM,ECA,CoordAtt", "attention blocks, comma-separated"),
-    Param("sites", "backbone;neck;all;4,6", "insertion sites, semicolon-separated (as ablate names them)"),
+    Param("blocks", "SE,CBAM,ECA,CoordAtt", "attention blocks, comma-separated", quick="SE,ECA"),
+    Param("sites", "backbone;neck;all;4,6", "insertion sites, semicolon-separated (as ablate names them)",
+          quick="backbone;neck"),
     Param("epochs", 14, "epochs of a full trial", quick=3),
     Param("seeds", 3, "seeds the full grid's best is re-trained over", quick=2),
     Param("pruner", "halving", "the pruned search's pruner", choices=["halving", "hyperband"]),
     Param("train_args", "", "arguments for every training",
-          quick="--trainer.limit_train_batches 4 --trainer.limit_val_batches 2 --data.img_size 64 "
+          quick="--trainer.limit_train_batches 2 --trainer.limit_val_batches 1 --data.img_size 64 "
                 "--data.batch_size 16 --data.num_workers 0"),
     Param("out", "", "keep the searches' folders here (default: a temporary folder)"),
 ), doc=__doc__)

@@ -6,7 +6,9 @@ Storage: ``None`` is a SQLite file ``study.db`` in the output folder; a URL (``s
 died (SIGKILL, a lost node) is marked FAIL once its heartbeat is ``grace_s`` old and queued again with the
 same parameters (Optuna's ``RetryHeartbeatStaleTrialCallback``); anything else is a file path: Optuna's
 JournalStorage (a journal file on a shared file system, no server; no heartbeat: a dead worker's trial
-stays RUNNING). A storage that cannot be reached is a one-line ConfigError before any study exists.
+stays RUNNING). A storage that cannot be reached is a one-line ConfigError before any study exists. A
+worker stopped by SIGTERM (a scheduler's preemption), whose training wrote a checkpoint, queues its trial
+again the same way on any storage.
 
 Pruning: Optuna does not take intermediate values of a multi-objective trial (``Trial.report`` raises), so
 each trial has a twin in the single-objective study ``NAME:pruning`` of the same storage, to which its
@@ -35,7 +37,7 @@ from optuna.storages import (BaseStorage, JournalStorage, RDBStorage, RetryHeart
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, TrainingStopped
 
 __all__ = ["HEARTBEAT_S", "GRACE_S", "STUDY_FILE", "Heartbeat", "StudyHandle", "open_storage", "open_study",
            "frozen", "original_number", "is_surplus", "run_worker"]
@@ -218,6 +220,8 @@ def run_worker(handle: StudyHandle, objective: Objective, *, echo: Callable[[str
     beat = _heartbeat_s(storage)
     ran = 0
 
+    stopped: list[int] = []
+
     def body(trial: Trial) -> tuple[float, float]:
         nonlocal ran
         if "failed_trial" not in frozen(trial).system_attrs:
@@ -226,7 +230,11 @@ def run_worker(handle: StudyHandle, objective: Objective, *, echo: Callable[[str
                 trial.set_user_attr(_SURPLUS, True)
                 raise _Surplus()
         ran += 1
-        return objective(trial, handle)
+        try:
+            return objective(trial, handle)
+        except TrainingStopped:
+            stopped.append(trial.number)
+            raise
 
     while True:
         if beat:
@@ -240,4 +248,12 @@ def run_worker(handle: StudyHandle, objective: Objective, *, echo: Callable[[str
                 time.sleep(min(beat, 5))
                 continue
             return ran
-        study.optimize(body, n_trials=1, catch=(_Surplus,), gc_after_trial=True)
+        try:
+            study.optimize(body, n_trials=1, catch=(_Surplus,), gc_after_trial=True)
+        except TrainingStopped:  # SIGTERM (a scheduler's preemption), Ctrl-C: the training wrote a checkpoint
+            for t in study.get_trials(deepcopy=False):
+                if t.number in stopped:  # queued again: the next worker continues its run folder
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ExperimentalWarning)
+                        RetryHeartbeatStaleTrialCallback()(study, t)
+            raise
