@@ -23,13 +23,16 @@ def _cmd_search(args: argparse.Namespace, console: Console) -> int:
     result = run_search(args.config, args.space, trials=args.trials, out=args.output, storage=args.storage,
                         study=args.study, sampler=args.sampler, pruner=args.pruner, seed=args.seed,
                         epochs=args.epochs, extra=extra, latency=not args.no_latency,
-                        heartbeat=Heartbeat(args.heartbeat, args.grace), echo=echo)
+                        heartbeat=Heartbeat(args.heartbeat, args.grace), echo=echo, reseed=args.reseed,
+                        jobs=args.jobs)
     echo(f"this worker ran {result.ran} trial(s)")
     if result.front is None:
         echo("no trial has finished yet: the front is written once one has")
         return 0
     print(result.front.markdown())
     print("front: " + ", ".join(str(p) for p in result.files.values()))
+    for files in result.reseeded:
+        print("over seeds: " + ", ".join(str(p) for p in files.values()))
     return 0
 
 
@@ -61,6 +64,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="database storage: seconds between a running trial's heartbeats (default 30)")
     p.add_argument("--grace", type=int, default=120, metavar="S",
                    help="database storage: a trial silent this long is failed and retried (default 120)")
+    p.add_argument("--reseed", type=int, default=0, metavar="N",
+                   help="then re-train each configuration of the front and none over N seeds with `ablate` "
+                        "(OUT/reseed-tNNNN: paired differences, 95%% intervals); run it in one process, after "
+                        "the workers")
+    p.add_argument("--jobs", type=int, default=1, help="--reseed: trainings at once (default 1)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement of the front")
     p.add_argument("--train-args", default=None, metavar="'ARGS'",
                    help="arguments for every `vision-attn train`, quoted as one: '--trainer.limit_train_batches 20'")
