@@ -104,6 +104,7 @@ def _plot(front: Front, study: optuna.Study, path: Path) -> Path:
     for r in front.rows:
         ax.annotate(r.block if r.site is None else f"{r.block}@{r.site}", (r.gflops, 100 * r.metric),
                     textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")  # blocks differ by a fraction of a percent
     ax.set_xlabel("GFLOPs per image")
     ax.set_ylabel(f"{front.metric[1]} (%)")
     ax.set_title(f"{front.study}: {front.metric[1]} against GFLOPs")
