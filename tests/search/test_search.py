@@ -143,10 +143,12 @@ def test_a_worker_killed_mid_trial_leaves_a_study_a_new_worker_finishes_without_
     study = optuna.load_study(study_name="cheap", storage=storage)
     states = {t.number: t.state.name for t in study.trials}
     assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE", 3: "COMPLETE"}
-    killed, retry = study.trials[1], study.trials[3]
-    assert retry.system_attrs["failed_trial"] == 1 and retry.params == killed.params  # the same trial again
+    # the retry is trial 2 or 3, as the dead worker's trial went stale before or after the new one started
+    (retry,) = [t for t in study.trials if "failed_trial" in t.system_attrs]
+    assert retry.system_attrs["failed_trial"] == 1 and retry.params == study.trials[1].params  # the same trial
     done = _events(log, "done")
-    assert sorted(r["original"] for r in done) == [0, 1, 2]  # none lost, none run twice
+    fresh = [t.number for t in study.trials if t.state.name == "COMPLETE" and t.number != retry.number]
+    assert len(fresh) == 2 and sorted(r["original"] for r in done) == sorted(fresh + [1])  # none lost or run twice
     assert {r["pid"] for r in done if r["number"] in (2, 3)} == {second.pid}
 
 
