@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# tests/search starts a PostgreSQL server of its own: the Debian server binaries (initdb, pg_ctl) are
+# installed when missing (as root, or through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 $(TEST_STAMP): requirements-test.txt $(STAMP)
 	$(PY) -m pip install -q --no-deps -c constraints.txt -r requirements-test.txt
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q postgresql; }
 	touch $(TEST_STAMP)
 
 # Trains a small ViT on the built-in handwritten digits (demo:digits) and prints its final accuracy
