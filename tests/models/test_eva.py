@@ -9,7 +9,7 @@ import torch
 
 import vision_attn
 
-from .peer_weights import randomise
+from .peer_weights import assert_like_timm, randomise
 
 NAMES = ["eva02_tiny_patch14_224", "eva02_small_patch14_224", "eva02_base_patch14_224"]
 # 2 blocks of width 48 (3 heads of 16 channels), 56 px: a 4x4 grid (timm's rope stays scaled to 16x16)
@@ -33,16 +33,7 @@ def test_timm_file_same_outputs_at_two_sizes(tmp_path, name):
     path = tmp_path / "eva.pth"
     torch.save(peer.state_dict(), path)
     ours = vision_attn.create_model(name, pretrained=path, **SMALL).eval()
-    for size in [(56, 56), (42, 70)]:  # the file's grid, and another (3x5)
-        x = torch.randn(2, 3, *size)
-        with torch.no_grad():
-            torch.testing.assert_close(ours(x), peer(x), atol=1e-4, rtol=0)
-            torch.testing.assert_close(ours.forward_features(x), peer.forward_features(x), atol=1e-4, rtol=0)
-            final, maps = ours.forward_intermediates(x, indices=2)
-            peer_final, peer_maps = peer.forward_intermediates(x, indices=2)
-        torch.testing.assert_close(final, peer_final, atol=1e-4, rtol=0)
-        for a, b in zip(maps, peer_maps, strict=True):
-            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+    assert_like_timm(ours, peer, [(56, 56), (42, 70)])  # the file's grid, and another (3x5)
 
 
 def test_features_only_maps_are_timms(tmp_path):

@@ -49,10 +49,13 @@ def test_parameter_count_exact(name, count):
 
 
 def _small(name: str, **extra) -> VisionTransformer:
-    """The variant ``name`` with one block at a 2x3 patch grid (non-square on purpose)."""
+    """The variant ``name`` with one block at a 2x3 patch grid (non-square on purpose); a width over
+    2048 (DINOv3 7B's 4096, 25 s a step here) runs at 512, its heads and block kinds unchanged."""
     with torch.device("meta"):
-        patch = vision_attn.create_model(name).patch_embed.patch_size[0]
-    return vision_attn.create_model(name, depth=1, img_size=(2 * patch, 3 * patch), num_classes=7, **extra)
+        meta = vision_attn.create_model(name)
+    patch = meta.patch_embed.patch_size[0]
+    width = dict(embed_dim=512) if meta.embed_dim > 2048 else {}
+    return vision_attn.create_model(name, depth=1, img_size=(2 * patch, 3 * patch), num_classes=7, **width, **extra)
 
 
 CNN_NAMES = set(vision_attn.list_models("resnet*"))  # torchvision's ResNets: tests/models/test_cnn.py

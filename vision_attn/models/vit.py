@@ -37,6 +37,7 @@ from vision_attn.layers import (
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva
 from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
 from vision_attn.models.contract import TimmContract, run_blocks
@@ -58,8 +59,10 @@ class VisionTransformer(TimmContract, nn.Module):
     size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
-    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "learn_rope" | "none"``
-    (``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "rope_dinov3" | "learn_rope" | "none"``
+    (``"rope_dinov3"``: DINOv3's rotary embedding, periods ``rope_temperature ** (i / n)`` and, in
+    training only, its augmentation of the coordinates ``rope_shift``, ``rope_jitter``, ``rope_rescale``
+    (None: off); ``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
     ``rope_ref_grid``, default the patch grid; it needs ``attn_class=EvaAttention``); ``global_pool`` in
     ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
@@ -108,8 +111,12 @@ class VisionTransformer(TimmContract, nn.Module):
         distilled: bool = False,
         reg_tokens: int = 0,
         no_embed_class: bool = False,
-        pos_embed: Literal["learn", "sincos2d", "rope", "learn_rope", "none"] = "learn",
+        pos_embed: Literal["learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none"] = "learn",
         rope_ref_grid: int | tuple[int, int] | None = None,
+        rope_temperature: float = 100.0,
+        rope_shift: float | None = None,
+        rope_jitter: float | None = None,
+        rope_rescale: float | None = None,
         pos_embed_interp: Literal["timm", "transformers"] = "timm",
         pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
@@ -188,6 +195,8 @@ class VisionTransformer(TimmContract, nn.Module):
             if not issubclass(getattr(attn_class, "func", attn_class), EvaAttention):
                 raise ConfigError("pos_embed='learn_rope' rotates channels in pairs: it needs attn_class=EvaAttention")
             self.rope = RopeEva(embed_dim // num_heads, rope_ref_grid or self.patch_embed.grid_size)
+        elif pos_embed == "rope_dinov3":
+            self.rope = RopeDinov3(embed_dim // num_heads, rope_temperature, rope_shift, rope_jitter, rope_rescale)
         else:
             self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
