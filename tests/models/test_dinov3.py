@@ -11,7 +11,7 @@ import torch
 
 import vision_attn
 
-from .peer_weights import assert_like_timm, randomise
+from .peer_weights import assert_built_like_timm, assert_like_timm, randomise
 
 NAMES = timm.list_models("*dinov3*")
 # 2 blocks of width 48 (3 heads of 16 channels), 64 px: a 4x4 grid
@@ -24,13 +24,7 @@ def test_every_timm_dinov3_name_is_registered():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_keys_parameter_counts_and_configuration_are_timms(name):
-    with torch.device("meta"):
-        ours, theirs = vision_attn.create_model(name), timm.create_model(name, pretrained=False)
-    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
-    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
-    assert (ours.num_classes, ours.num_features) == (theirs.num_classes, theirs.num_features)
-    for field in ("input_size", "interpolation", "crop_pct", "mean", "std", "num_classes", "first_conv"):
-        assert ours.pretrained_cfg[field] == theirs.pretrained_cfg[field], field
+    assert_built_like_timm(name)
 
 
 @pytest.mark.parametrize("name,kwargs,suffix", [("vit_small_patch16_dinov3", {}, ".pth"),
