@@ -7,6 +7,7 @@ import functools
 import torch
 
 import vision_attn
+from vision_attn.models.convnext import ConvNeXt
 from vision_attn.models.resnet import ResNet
 from vision_attn.models.swin import SwinTransformer
 from vision_attn.models.vit import VisionTransformer
@@ -28,13 +29,16 @@ def _patch(name: str) -> int:
 
 def small_kwargs(name: str) -> dict:
     """Overrides that shrink ``name``: 2 ViT blocks of width 48, Swin stages of (2, 1, 1, 1) blocks of
-    width 16 (the first stage has a shifted block); ResNets of their depth, the bottlenecks narrower
-    inside (the levels' channels unchanged), run at small inputs."""
+    width 16 (the first stage has a shifted block); ConvNeXts of stages (1, 1, 2, 1) blocks, 16 to 40
+    channels (the name's block kind kept); ResNets of their depth, the bottlenecks narrower inside (the
+    levels' channels unchanged), run at small inputs."""
     kind = family(name)
     if issubclass(kind, VisionTransformer):
         return dict(depth=2, embed_dim=48, num_heads=3, img_size=4 * _patch(name), num_classes=5)
     if issubclass(kind, SwinTransformer):
         return dict(depths=(2, 1, 1, 1), embed_dim=16, num_heads=(1, 1, 2, 2), num_classes=5, drop_path_rate=0.0)
+    if issubclass(kind, ConvNeXt):
+        return dict(depths=(1, 1, 2, 1), dims=(16, 24, 32, 40), num_classes=5)
     assert issubclass(kind, ResNet), kind
     if name in ("resnet18", "resnet34"):
         return dict(num_classes=5)

@@ -2,6 +2,7 @@
 from vision_attn.layers.activations import ACT_LAYERS, QuickGELU
 from vision_attn.layers.attention import Attention, attend, record_attention
 from vision_attn.layers.attention_pool import AttentionPoolLatent
+from vision_attn.layers.convnext_block import ConvMlp, ConvNeXtBlock, ConvNeXtStage, LayerNorm2d
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention, TorchvisionCosineWindowAttention
 from vision_attn.layers.block import BLOCKS, Block, GammaBlock, LayerNorm6, PostNormBlock
 from vision_attn.layers.deformable_attention import (
@@ -15,6 +16,7 @@ from vision_attn.layers.layer_scale import LayerScale
 from vision_attn.layers.mlp import Mlp, SwiGLU, SwiGLUNorm, SwiGLUSplit, FFN_LAYERS
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva, apply_rope_interleaved
+from vision_attn.layers.norm_head import NormPoolHead
 from vision_attn.layers.patch_embed import PatchEmbed, to_2tuple
 from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.patch_merging import PatchMerging, PatchMergingV2
@@ -55,5 +57,5 @@ __all__ = [
     "relative_position_index", "resample_relative_position_bias", "SwinBlock", "WindowRule", "TimmWindows",
     "TorchvisionWindows", "WINDOW_RULES", "SwinV2Block", "PatchMergingV2", "CosineWindowAttention",
     "TorchvisionCosineWindowAttention", "MultiScaleDeformableAttention", "multi_scale_deformable_attn", "sample_standard",
-    "sampling_locations",
+    "sampling_locations", "ConvMlp", "ConvNeXtBlock", "ConvNeXtStage", "LayerNorm2d", "NormPoolHead",
 ]
