@@ -34,6 +34,7 @@ __all__ = ["Converted", "to_timm", "to_transformers", "TRANSFORMERS_TYPES"]
 
 # Our registered names -> the transformers model_type that holds them (the first pattern that matches).
 TRANSFORMERS_TYPES: tuple[tuple[str, str], ...] = (
+    ("vit_*_dinov3*", "dinov3_vit"),  # read only: refused with the types transformers is written as
     ("vit_*_reg*_dinov2", "dinov2_with_registers"),
     ("vit_*_dinov2", "dinov2"),
     ("deit_*_distilled_*", "deit"),
