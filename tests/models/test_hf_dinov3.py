@@ -5,7 +5,6 @@ training-time coordinate augmentation drawn as transformers draws it, and option
 refused in one line naming the file and the option."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from safetensors.torch import load_file, save_file
 
 from tests.models.peer_weights import randomise
 import vision_attn
-from vision_attn.cli import main
 from vision_attn.errors import CheckpointError
 
 TINY = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=3, image_size=64)
@@ -83,14 +81,3 @@ def test_an_option_vision_attn_lacks_is_refused_naming_the_file_and_option(tmp_p
         vision_attn.create_model(pretrained=folder)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(folder / "config.json")) and option in message
-
-
-def test_cli_exits_2_on_a_folder_with_an_option_vision_attn_lacks(tmp_path, capsys):
-    folder, _ = _folder(tmp_path / "hf", num_hidden_layers=1, key_bias=True)
-    out = tmp_path / "maps.png"
-    assert main(["attn-map", "--model", "vit_small_patch16_dinov3", "--weights", str(folder), "--image",
-                 "sklearn:china.jpg", "-o", str(out)]) == 2
-    assert not out.exists()
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: {folder / 'config.json'}: ") and "key_bias" in err
-    assert json.loads((folder / "config.json").read_text())["key_bias"] is True  # nothing rewritten
