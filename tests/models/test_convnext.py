@@ -112,3 +112,4 @@ def test_fine_tuning_a_timm_file_replaces_the_head(tmp_path):
     assert model(x).shape == (2, 3)
     with torch.no_grad():
         torch.testing.assert_close(model.forward_head(model.forward_features(x), pre_logits=True), peer.eval()(x), **TOL)
+
