@@ -11,6 +11,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import vision_attn
+from vision_attn.models.convert import to_timm
 from vision_attn.models.convnext import ConvNeXt
 
 from .peer_weights import assert_built_like_timm, randomise
@@ -113,3 +114,11 @@ def test_fine_tuning_a_timm_file_replaces_the_head(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model.forward_head(model.forward_features(x), pre_logits=True), peer.eval()(x), **TOL)
 
+
+
+def test_convert_to_timm_loads_in_timms_convnext(tmp_path):
+    """`vision-attn convert --to timm` of a ConvNeXt: timm's model (which takes no image size) loads the
+    file strictly and gives our logits."""
+    model = vision_attn.create_model("convnext_atto", img_size=64, **SMALL).eval()
+    done = to_timm(model, "convnext_atto", tmp_path / "timm.safetensors", kwargs=SMALL, img_size=(64, 64))
+    assert done.max_diff < 1e-4 and "img_size" not in done.load
