@@ -8,6 +8,10 @@ it (and vision_attn, only to materialise the data), e.g.::
 
 A -seg YAML (``--model yolov8n-seg.yaml``, ``yolo11n-seg.yaml``) trains ultralytics' segmentation trainer on
 ``demo:digit-masks`` (the same canvases, each digit's outline its polygon) and reports mask mAP beside box mAP.
+A -pose YAML (``yolov8n-pose.yaml``) trains its pose trainer on ``demo:digit-keypoints`` (each digit's four
+corners, ``kpt_shape [4, 3]``) and reports keypoint mAP (OKS) beside box mAP; an -obb YAML
+(``yolov8n-obb.yaml``) its OBB trainer on ``demo:digit-obb`` (rotated digits), whose box mAP is the
+oriented boxes'.
 
 An RT-DETR YAML (``--model rtdetr-s.yaml``: our small one from configs/models/, which ultralytics builds
 from the same rows; or ``rtdetr-l.yaml``) trains ultralytics' RT-DETR trainer (``RTDETR(yaml).train``).
@@ -49,8 +53,10 @@ def main() -> None:
     args = ap.parse_args()
 
     quiet_ultralytics_environment()
-    segment = "-seg" in Path(args.model).stem
-    data = args.data or ("demo:digit-masks" if segment else "demo:digit-boxes")
+    stem = Path(args.model).stem
+    segment, pose = "-seg" in stem, "-pose" in stem
+    data = args.data or ("demo:digit-masks" if segment else "demo:digit-keypoints" if pose
+                         else "demo:digit-obb" if "-obb" in stem else "demo:digit-boxes")
     if data.startswith("demo:"):
         from vision_attn.data.demo import materialise
 
@@ -75,6 +81,7 @@ def main() -> None:
            "batch": args.batch, "params": n_params, "gflops": round(get_flops(model.model, args.img_size), 3),
            "map50": float(metrics.box.map50), "map": float(metrics.box.map),
            **({"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if segment else {}),
+           **({"kpt_map50": float(metrics.pose.map50), "kpt_map": float(metrics.pose.map)} if pose else {}),
            "train_seconds": round(wall, 1),
            "seconds_per_epoch": round(wall / args.epochs, 1), "run": str(Path(project) / "peer"),
            "curve": per_epoch(Path(project) / "peer" / "results.csv")}
@@ -85,7 +92,8 @@ def main() -> None:
 
 
 def per_epoch(results: Path) -> list[dict[str, float]]:
-    """ultralytics' validation of each epoch (its results.csv): epoch, mAP@.5 and mAP@.5:.95 of the boxes."""
+    """ultralytics' validation of each epoch (its results.csv): epoch, mAP@.5 and mAP@.5:.95 of the boxes (and
+    of the keypoints, for a pose run)."""
     import csv
 
     if not results.is_file():
@@ -93,7 +101,9 @@ def per_epoch(results: Path) -> list[dict[str, float]]:
     with results.open() as f:
         rows = [{k.strip(): v for k, v in row.items()} for row in csv.DictReader(f)]
     return [{"epoch": int(float(r["epoch"])), "map50": round(float(r["metrics/mAP50(B)"]), 4),
-             "map": round(float(r["metrics/mAP50-95(B)"]), 4)} for r in rows]
+             "map": round(float(r["metrics/mAP50-95(B)"]), 4),
+             **({"kpt_map50": round(float(r["metrics/mAP50(P)"]), 4),
+                 "kpt_map": round(float(r["metrics/mAP50-95(P)"]), 4)} if "metrics/mAP50(P)" in r else {})} for r in rows]
 
 
 if __name__ == "__main__":

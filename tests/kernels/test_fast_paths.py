@@ -14,6 +14,7 @@ from vision_attn.kernels import FusedLinear, KernelPlan, accelerate, judge_plan,
 from vision_attn.kernels.cache import PLANS_FILE
 from vision_attn.kernels.judge import candidates
 from vision_attn.layers import Mlp, WindowAttention
+from vision_attn.layers.attention import record_attention
 from vision_attn.layers.tables import Tables
 from vision_attn.models.yolo.rtdetr import AIFI
 
@@ -93,7 +94,7 @@ def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not any(isinstance(m, FusedLinear) for m in model.modules()) and model.training
     stored = json.loads((tmp_path / PLANS_FILE).read_text())
-    assert [k for k in stored if k.startswith("step v2 train")] and stored[next(iter(stored))]["choice"] == name
+    assert [k for k in stored if k.startswith("step v3 train")] and stored[next(iter(stored))]["choice"] == name
     assert judge_plan(model, x, train=True, plan=plan)[0] == name  # read back, not timed again
 
 
@@ -118,3 +119,47 @@ def test_needs_kernels_is_false_for_pytorchs_kernels_alone():
     assert needs_kernels(resolve_plan("onednn"), torch.float32) and needs_kernels(resolve_plan("onednn"), torch.bfloat16)
     aten_choices = KernelPlan("measured", {t: resolve_plan("aten").choice(t) for t in (torch.float32, torch.bfloat16)})
     assert not needs_kernels(aten_choices, torch.float32)  # a measured plan that judged PyTorch's kernels fastest
+
+
+def _count_native(monkeypatch) -> list[int]:
+    calls = [0]
+    native = torch._transformer_encoder_layer_fwd
+
+    def counted(*args):
+        calls[0] += 1
+        return native(*args)
+    monkeypatch.setattr(torch, "_transformer_encoder_layer_fwd", counted)
+    return calls
+
+
+@pytest.mark.parametrize("kernels", [False, True])
+def test_a_standard_block_runs_inference_as_the_native_encoder_layer(monkeypatch, kernels):
+    torch.manual_seed(0)
+    plain = vision_attn.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=5).eval()
+    fast = accelerate(copy.deepcopy(plain), kernels=kernels)
+    calls = _count_native(monkeypatch)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad(), vision_attn.kernels.kernel_plan("aten"):
+        torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-4)
+    assert calls[0] == 2  # one op per block
+    with vision_attn.kernels.kernel_plan("aten"):
+        fast(x).sum().backward()  # gradients recorded: the layers' path
+        with record_attention(fast) as maps, torch.no_grad():
+            fast(x)  # attention maps wanted: the layers' path, which keeps the weights
+    assert calls[0] == 2 and len(maps) == 2
+    fast.train()
+    with torch.no_grad(), vision_attn.kernels.kernel_plan("aten"):
+        fast(x)
+    assert calls[0] == 2
+
+
+def test_a_block_of_another_form_keeps_its_layers(monkeypatch):
+    torch.manual_seed(0)
+    scaled = vision_attn.create_model("vit_tiny_patch16_224", img_size=32, depth=1, init_values=1e-2).eval()
+    hooked = accelerate(vision_attn.create_model("vit_tiny_patch16_224", img_size=32, depth=1).eval(), kernels=False)
+    hooked.blocks[0].mlp.fc1.register_forward_hook(lambda *_: None)
+    calls = _count_native(monkeypatch)
+    with torch.no_grad():
+        accelerate(scaled, kernels=False)(torch.randn(1, 3, 32, 32))  # layer scale: not the native op's form
+        hooked(torch.randn(1, 3, 32, 32))  # a hook on a part must run
+    assert calls[0] == 0

@@ -42,6 +42,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
     from vision_attn.export.runtimes import RuntimeModel, check_precision, parse_runtimes
+    from vision_attn.kernels import runnable_precision
 
     batches = parse_batches(args.batch)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -50,13 +51,14 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     if args.vs not in (None, "timm"):
         raise ConfigError(f"--vs {args.vs!r}: only timm is supported")
     runtimes = parse_runtimes(args.runtime)
+    precision = runnable_precision(args.precision, device)
     if runtimes != ["torch"] and (args.train or device != "cpu"):
         raise ConfigError("--runtime onnxruntime/openvino times CPU inference: drop --train and --device cuda")
     for rt in runtimes:
         if rt != "torch":
-            check_precision(rt, args.precision)
+            check_precision(rt, precision)
     log = (lambda line: console.print(line, style="dim", markup=False)) if args.verbose else None
-    peak = matmul_peak(device, args.precision)
+    peak = matmul_peak(device, precision)
     results, shared = [], True
     for batch in batches:
         models, pairs, plans = {}, {}, {}
@@ -66,13 +68,13 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
             img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
             if "torch" in runtimes:  # ours on the CPU fast paths, as training and torch-frozen run it
                 models[target.name], plan = on_fast_paths(target.model, batch=batch, img_size=img_size, device=device,
-                                                          precision=args.precision, train=args.train)
+                                                          precision=precision, train=args.train)
                 if plan is not None:
                     plans[target.name] = plan
             for rt in runtimes:
                 if rt != "torch":
                     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-                    models[f"{target.name} [{rt}]"] = RuntimeModel(target.model, rt, hw, precision=args.precision,
+                    models[f"{target.name} [{rt}]"] = RuntimeModel(target.model, rt, hw, precision=precision,
                                                                    threads=torch.get_num_threads())
                     if "torch" in runtimes:
                         pairs[f"{target.name} [{rt}]"] = target.name
@@ -80,13 +82,13 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
                 models[f"timm {name}"] = twin = timm_twin(name, args.img_size)
                 shared = share_weights(target.model, twin) and shared
                 pairs[target.name] = f"timm {name}"
-        results += benchmark_models(models, batch=batch, img_size=img_size, device=device, precision=args.precision,
+        results += benchmark_models(models, batch=batch, img_size=img_size, device=device, precision=precision,
                                     compile=args.compile, channels_last=args.channels_last, train=args.train,
                                     optimizer=args.optimizer,
                                     rounds=args.rounds, iters=args.iters, warmup=args.warmup, peak_flops=peak,
                                     pairs=pairs, plans=plans, log=log)
     mode = f"training step ({args.optimizer})" if args.train else "inference"
-    title = (f"{mode}, {args.precision}{', compiled' if args.compile else ''}"
+    title = (f"{mode}, {precision}{', compiled' if args.compile else ''}"
              f"{', channels-last' if args.channels_last else ''} on {device}, {results[0].img_size[0]}x"
              f"{results[0].img_size[1]}; MFU against a measured matmul peak of {peak / 1e9:.0f} GFLOP/s"
              f"{'; timm weights loaded into ours' if args.vs == 'timm' and shared else ''}")
@@ -117,7 +119,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("models", nargs="+", metavar="MODEL", help="registered model names (or detector YAMLs, runs)")
     p.add_argument("--batch", default="1", help="batch sizes, comma-separated (default 1), e.g. 1,8")
     p.add_argument("--img-size", type=int, default=None, help="square image size (default: the model's own)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast for torch, bfloat16 weights for torch-frozen, the bf16 hint for "
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16 (fp32, with a warning, on a CPU without bfloat16 instructions): autocast for torch, bfloat16 weights for torch-frozen, the bf16 hint for "
                    "openvino (default fp32)")
     p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")

@@ -21,6 +21,7 @@ from vision_attn.data.demo import is_demo, resolve_root
 from vision_attn.data.det_source import open_detection
 from vision_attn.data.faults import Faults
 from vision_attn.data.splits import load_splits
+from vision_attn.data.yolo_txt import read_data_yaml
 from vision_attn.errors import ConfigError
 
 __all__ = ["DataCheck", "check_data", "detect_task"]
@@ -70,15 +71,24 @@ class DataCheck:
 
 def detect_task(source: str | os.PathLike) -> str:
     """``"det"`` for a detection set (a data YAML, a folder with ``data.yaml``, COCO ``annotations/``,
-    or ``coco/``/``yolo/`` copies, ``demo:digit-boxes``), else ``"cls``."""
+    or ``coco/``/``yolo/`` copies, ``demo:digit-boxes`` and the other ``demo:digit-*`` sets), else ``"cls``."""
     if is_demo(source):
-        return "det" if str(source) == "demo:digit-boxes" else "cls"
+        return "det" if str(source).startswith("demo:digit-") else "cls"  # the detection-like demos
     path = Path(source)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         return "det"
     if any((path / sub).exists() for sub in ("data.yaml", "annotations", "coco", "yolo")):
         return "det"
     return "cls"
+
+
+def _has_keypoints(root: Path) -> bool:
+    """Whether a YOLO data YAML (``root`` itself, or its ``data.yaml``) declares ``kpt_shape``: its rows are
+    then checked as keypoint rows."""
+    for yaml_file in (root, root / "data.yaml", root / "yolo" / "data.yaml"):
+        if yaml_file.is_file() and yaml_file.suffix in (".yaml", ".yml"):
+            return "kpt_shape" in read_data_yaml(yaml_file)[0]
+    return False
 
 
 def check_data(source: str | os.PathLike, task: Task = "auto", *, fmt: Literal["auto", "coco", "yolo"] = "auto",
@@ -101,7 +111,9 @@ def check_data(source: str | os.PathLike, task: Task = "auto", *, fmt: Literal["
         return DataCheck(str(source), "cls", {"train": len(splits.train), "val": len(splits.val)}, splits.classes,
                          per_class, list(splits.sizes.values()), faults, {"all": splits.summary()})
     root = resolve_root(source)
-    datasets = {split: open_detection(root, split, fmt=fmt, faults=faults) for split in ("train", "val")}
+    keypoints = _has_keypoints(root)
+    datasets = {split: open_detection(root, split, fmt=fmt, faults=faults, keypoints=keypoints)
+                for split in ("train", "val")}
     sizes: list[tuple[int, int]] = []
     for split, ds in datasets.items():
         sizes += ds.verify(threads, None if progress is None else lambda d, t, s=split: progress(s, d, t)).values()

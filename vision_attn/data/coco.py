@@ -18,11 +18,18 @@ evaluation and still never trained on. A problem (through the faults policy, nam
 ``annotations[j]``): a missing or empty segmentation, a polygon with fewer than 3 points or an odd number
 of coordinates, an RLE whose size is not the image's. Polygon points outside the image are clipped to
 it (a note).
+
+With ``keypoints=True`` (a COCO keypoints json) each annotation's ``keypoints`` ``[x1, y1, v1, ...]``
+(pixels, visibility 0/1/2) is its instance's points and ``categories[i].keypoints`` / ``skeleton`` name
+them (:func:`~vision_attn.data.keypoints.keypoint_spec_from_coco`; ``flip_idx`` from the names'
+left/right pairs unless given). A problem, named by file and ``annotations[j]``: a length other than
+3 K, a visibility outside {0, 1, 2}, ``num_keypoints`` not the number of labelled points, a labelled
+point outside the image. The annotation's ``area`` is kept as the OKS scale of evaluation.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,8 +42,9 @@ from vision_attn.data.detection import (
     check_boxes_kept,
 )
 from vision_attn.data.faults import Faults, image_size
+from vision_attn.data.keypoints import KeypointSpec, keypoint_spec_from_coco
 from vision_attn.data.masks import SegmentationProblem, Shape, parse_coco_segmentation
-from vision_attn.errors import DataError
+from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.json import read_json
 
 __all__ = ["CocoDetection"]
@@ -106,8 +114,42 @@ def _shape(a: dict[str, Any], where: str, h: int, w: int, file: Path, faults: Fa
     return shape
 
 
+def _keypoints(a: dict[str, Any], where: str, h: int, w: int, kpt: KeypointSpec, file: Path,
+               faults: Faults) -> np.ndarray | None:
+    """The annotation's ``keypoints`` as (K, 3) float32 (x, y pixels, visibility); None after ``faults.bad``."""
+    raw = a.get("keypoints")
+    if not isinstance(raw, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+        faults.bad(file, "keypoints is missing or not a list of numbers [x1, y1, v1, ...]", where,
+                   fix="add the instance's keypoints")
+        return None
+    if len(raw) != 3 * kpt.num:
+        faults.bad(file, f"keypoints has {len(raw)} numbers; the categories name {kpt.num} points, so "
+                         f"{3 * kpt.num} (x y v each) are needed", where, fix="fix the annotation")
+        return None
+    pts = np.asarray(raw, np.float64).reshape(kpt.num, 3)
+    bad = pts[~np.isin(pts[:, 2], (0, 1, 2)), 2]
+    if len(bad):
+        faults.bad(file, f"keypoint visibility {bad[0]:g} is not 0, 1 or 2 (0: not labelled, 1: hidden, 2: "
+                         f"visible)", where, fix="fix the annotation")
+        return None
+    n = a.get("num_keypoints")
+    if n is not None and n != int((pts[:, 2] > 0).sum()):
+        faults.bad(file, f"num_keypoints is {n} but {int((pts[:, 2] > 0).sum())} keypoints are labelled (v > 0)",
+                   where, fix="make num_keypoints the number of labelled points")
+        return None
+    xy = pts[pts[:, 2] > 0, :2]
+    slack = np.array([w, h]) * 0.01
+    if len(xy) and (not np.isfinite(xy).all() or (xy < -slack).any() or (xy > np.array([w, h]) + slack).any()):
+        faults.bad(file, f"a labelled keypoint lies outside the {w}x{h} image ({np.round(xy, 1).tolist()})", where,
+                   fix="keypoints are in the image's pixels; fix them or set their visibility to 0")
+        return None
+    pts[:, :2] = np.clip(pts[:, :2], 0, [w, h])
+    return pts.astype(np.float32)
+
+
 def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: list[int],
-             faults: Faults, masks: bool = False) -> tuple[list[DetectionRecord], DetectionStats]:
+             faults: Faults, masks: bool = False,
+             kpt: KeypointSpec | None = None) -> tuple[list[DetectionRecord], DetectionStats]:
     """One record per usable entry of ``images`` with the boxes of its ``annotations``, and the counts of
     boxes skipped (crowd), clipped, dropped (degenerate) and removed (duplicates); with ``masks`` the
     shapes of the boxes and the crowd instances too."""
@@ -145,6 +187,8 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
     ann_box = np.empty((n, 4), np.float32)
     keep = np.ones(n, bool)
     shapes: list[Shape | None] = [None] * n
+    points: list[np.ndarray | None] = [None] * n
+    areas = np.zeros(n, np.float64)
     bad_images: set[int] = set()
     for j, a in enumerate(anns):
         where = f"annotations[{j}]"
@@ -170,6 +214,12 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
             shapes[j] = _shape(a, where, m[2], m[3], file, faults)
             if shapes[j] is None:
                 bad_images.add(order[iid])
+        if kpt is not None and m is not None and order[iid] not in bad_images and keep[j]:
+            points[j] = _keypoints(a, where, m[2], m[3], kpt, file, faults)
+            area = a.get("area")
+            areas[j] = float(area) if isinstance(area, (int, float)) and area > 0 else 0.53 * bw * bh
+            if points[j] is None:
+                bad_images.add(order[iid])
     crowd_of: dict[int, list[int]] = {}
     if masks:
         for j in np.flatnonzero(~keep):
@@ -189,10 +239,15 @@ def _records(doc: dict[str, Any], file: Path, images_dir: Path, category_ids: li
             continue
         iid, path, h, w = m
         lo, hi = bounds[i], bounds[i + 1]
+        kps = None
+        if kpt is not None:
+            kps = np.array([points[j] for j in ann_index[lo:hi]], np.float32).reshape(-1, kpt.num, 3)
         boxes, labels, kept = check_boxes_kept(ann_box[lo:hi], ann_class[lo:hi],
                                                [f"annotations[{j}]" for j in ann_index[lo:hi]],
-                                               path, h, w, file, faults, stats)
+                                               path, h, w, file, faults, stats, extra=kps)
         record = DetectionRecord(path, iid, h, w, boxes, labels)
+        if kps is not None:
+            record.keypoints, record.areas = kps[kept], areas[ann_index[lo:hi][kept]]
         if masks:
             record.shapes = [shapes[ann_index[lo + k]] for k in kept]
             crowd = crowd_of.get(i, [])
@@ -210,14 +265,20 @@ class CocoDetection(DetectionDataset):
 
     def __init__(self, images_dir: str | Path, annotations: str | Path, *,
                  transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None,
-                 masks: bool = False):
+                 masks: bool = False, keypoints: bool = False, flip_idx: Sequence[int] | None = None,
+                 kpt_oks_sigmas: Sequence[float] | None = None):
         super().__init__(transform, faults)
+        if masks and keypoints:
+            raise ConfigError("open a COCO data set with masks or with keypoints, not both")
         self.masks = masks
         self.images_dir, self.annotations_file = Path(images_dir), Path(annotations)
         doc = _read_document(self.annotations_file)
         self.category_ids, self.names = _categories(doc, self.annotations_file)
+        if keypoints:
+            self.keypoint_spec = keypoint_spec_from_coco(doc["categories"], self.annotations_file, flip_idx,
+                                                         kpt_oks_sigmas)
         self.records, stats = _records(doc, self.annotations_file, self.images_dir, self.category_ids,
-                                       self.faults, masks)
+                                       self.faults, masks, self.keypoint_spec)
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

@@ -8,7 +8,10 @@ and 100 non-faces, 25x25 grey) in ``CACHE/faces-v1/``, when scikit-image is inst
 under ``CACHE/digit-boxes-v1/{coco,yolo}/`` (see :mod:`vision_attn.data.digit_boxes`);
 ``demo:digit-masks``: the same images and digits with each digit's ink outline as its instance mask
 (COCO ``segmentation`` polygons, YOLO polygon labels) under ``CACHE/digit-masks-v1/{coco,yolo}/`` (see
-:mod:`vision_attn.data.digit_masks`). A demo then
+:mod:`vision_attn.data.digit_masks`); ``demo:digit-keypoints`` (each digit warped, its four corners as
+keypoints: COCO keypoints json and YOLO pose labels) and ``demo:digit-obb`` (each digit rotated, its
+oriented box: YOLO-OBB labels) under ``CACHE/digit-keypoints-v1/`` and ``CACHE/digit-obb-v1/`` (see
+:mod:`vision_attn.data.digit_warps`). A demo then
 goes through the same code as a user's folder. The cache is ``$VISION_ATTN_CACHE``, else
 ``$XDG_CACHE_HOME/vision_attn``, else ``~/.cache/vision_attn``; a folder is written under a temporary
 name and renamed when complete, so concurrent processes (DDP ranks) never see half of it.
@@ -25,7 +28,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from vision_attn.data import digit_boxes, digit_masks
+from vision_attn.data import digit_boxes, digit_masks, digit_warps
 from vision_attn.data.folder import split_samples
 from vision_attn.errors import ConfigError
 from vision_attn.io.cache import cache_dir
@@ -66,6 +69,14 @@ def _digit_masks(tmp: Path, final: Path) -> None:
     digit_masks.write_digit_masks(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
 
 
+def _digit_keypoints(tmp: Path, final: Path) -> None:
+    digit_warps.write_digit_keypoints(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
+
+
+def _digit_obb(tmp: Path, final: Path) -> None:
+    digit_warps.write_digit_obb(tmp, digit_boxes.DEMO_CONFIG, final_root=final)
+
+
 def _class_folders(load: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]]) -> Callable[[Path, Path], None]:
     return lambda tmp, final: _write(tmp, *load())
 
@@ -76,6 +87,8 @@ DEMO_DATASETS: dict[str, tuple[str, Callable[[Path, Path], None]]] = {
     "faces": ("faces-v1", _class_folders(_faces)),
     "digit-boxes": ("digit-boxes-v1", _digit_boxes),
     "digit-masks": ("digit-masks-v1", _digit_masks),
+    "digit-keypoints": ("digit-keypoints-v1", _digit_keypoints),
+    "digit-obb": ("digit-obb-v1", _digit_obb),
 }
 
 
@@ -96,7 +109,8 @@ def _write(root: Path, images: np.ndarray, labels: np.ndarray, classes: list[str
 
 def materialise(name: str, cache: Path | None = None) -> Path:
     """Write the demo data set ``name`` (``"digits"``, ``"faces"``: ``train/`` and ``val/`` class folders;
-    ``"digit-boxes"``, ``"digit-masks"``: ``coco/`` and ``yolo/`` detection layouts) unless it is already there; return its root."""
+    ``"digit-boxes"``, ``"digit-masks"``, ``"digit-keypoints"``: ``coco/`` and ``yolo/`` layouts;
+    ``"digit-obb"``: ``yolo/``) unless it is already there; return its root."""
     if name not in DEMO_DATASETS:
         close = difflib.get_close_matches(name, DEMO_DATASETS, n=1)
         hint = f"did you mean demo:{close[0]}?" if close else f"choose one of {', '.join('demo:' + n for n in DEMO_DATASETS)}"

@@ -26,6 +26,19 @@ inside the image), as ultralytics does after its affine, so box and mask agree; 
 narrower or lower than 2 px is dropped. ``degrees`` and ``shear`` add rotation and shear to the
 affine (0 by default; with masks or without).
 
+Keypoints (``keypoints=True``, a data set opened with ``keypoints=True``) and oriented boxes
+(``obb=True``, opened with ``obb=True``) follow the same geometry as the boxes, point by point
+(:func:`~vision_attn.data.shape_transforms.replay_points`; on the mosaic, scaled and moved with their
+image): a keypoint that leaves its mosaic tile or the image gets visibility 0 and its coordinates are
+clipped to the image (as ultralytics' ``Instances.clip``); a horizontal flip swaps the points by the
+set's ``flip_idx`` (an error if the set has none). An oriented box's corners are re-fit after the
+affine (a sheared one to its minimum-area rectangle) and, where it leaves a tile or the image, to the
+rectangle in its own orientation bounding its visible part (:func:`~vision_attn.data.rotated.fit_visible`,
+ultralytics' ``preserve_obb``); ``target["rboxes"]`` (n, 5) is ``cx, cy, w, h, r`` in the canonical
+form (:func:`~vision_attn.data.rotated.corners_to_xywhr`) and ``boxes`` are its enclosing boxes in the
+image. The same instances are dropped as without points (``min_visibility``; in training, boxes
+narrower than 2 px).
+
 Switch the mosaic off for the last epochs with ``transform.mosaic = 0.0`` (or ``close_mosaic()``): the
 value lives in shared memory, so DataLoader workers, persistent ones included, see the change at their
 next item. Seeding: ``seed`` (or ``set_random_seed``, which :func:`vision_attn.data.seed_worker`
@@ -53,10 +66,11 @@ from vision_attn.data.masks import (  # noqa: E402
     mask_boxes,
     polygon_boxes,
 )
+from vision_attn.data.rotated import corners_to_xywhr, fit_visible  # noqa: E402
 from vision_attn.data.shape_transforms import place_bitmap, place_polygons, replay_points  # noqa: E402
 from vision_attn.errors import ConfigError  # noqa: E402
 
-__all__ = ["DetectionTransform", "letterbox_params", "PAD_VALUE"]
+__all__ = ["DetectionTransform", "letterbox_params", "clip_keypoints", "PAD_VALUE"]
 
 PAD_VALUE = 114  # grey of the letterbox and mosaic borders, as in the YOLO family
 
@@ -88,7 +102,8 @@ class DetectionTransform:
                  vflip: float = 0.0, scale: float = 0.5, translate: float = 0.1,
                  hsv: tuple[float, float, float] = (5.0, 40.0, 30.0), min_visibility: float = 0.25,
                  seed: int | None = None, stride: int | None = None, masks: bool = False,
-                 mask_ratio: int = MASK_RATIO, overlap: bool = True, degrees: float = 0.0, shear: float = 0.0):
+                 mask_ratio: int = MASK_RATIO, overlap: bool = True, degrees: float = 0.0, shear: float = 0.0,
+                 keypoints: bool = False, obb: bool = False):
         if not (isinstance(img_size, int) and img_size >= 8):
             raise ConfigError(f"img_size={img_size!r}: give a square size in pixels, an int >= 8")
         for name, p in (("mosaic", mosaic), ("hflip", hflip), ("vflip", vflip), ("min_visibility", min_visibility)):
@@ -104,12 +119,16 @@ class DetectionTransform:
         if not 0 <= degrees <= 180 or not 0 <= shear < 90:
             raise ConfigError(f"degrees={degrees}, shear={shear}: give 0 <= degrees <= 180 and 0 <= shear < 90")
         self.img_size, self.train, self.min_visibility, self.stride = img_size, train, min_visibility, stride
+        if masks + keypoints + obb > 1:
+            raise ConfigError("DetectionTransform: choose one of masks, keypoints or obb")
         self.masks, self.mask_ratio, self.overlap = masks, mask_ratio, overlap
+        self.keypoints, self.obb = keypoints, obb
+        tracked = masks or keypoints or obb  # instances followed by id through the pipeline
         self._mosaic = torch.tensor([float(mosaic) if train else 0.0]).share_memory_()
         s = img_size
-        boxes = A.BboxParams(format="pascal_voc", label_fields=["labels", "ids"] if masks else ["labels"], clip=True,
+        boxes = A.BboxParams(format="pascal_voc", label_fields=["labels", "ids"] if tracked else ["labels"], clip=True,
                              min_visibility=min_visibility, min_width=2 if train else 0, min_height=2 if train else 0)
-        replay = {"save_applied_params": True} if masks else {}
+        replay = {"save_applied_params": True} if tracked else {}
         pad = {"min_height": s, "min_width": s} if stride is None else {
             "min_height": None, "min_width": None, "pad_height_divisor": stride, "pad_width_divisor": stride}
         letterbox = [A.LongestMaxSize(max_size=s, interpolation=cv2.INTER_LINEAR, p=1.0),
@@ -161,6 +180,8 @@ class DetectionTransform:
     def __call__(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
         if self.masks:
             return self._with_masks(dataset, index)
+        if self.keypoints or self.obb:
+            return self._with_points(dataset, index)
         rec = dataset.records[index]
         p = self.mosaic
         if p > 0 and self._rng.random() < p:
@@ -177,21 +198,31 @@ class DetectionTransform:
             "boxes": torch.from_numpy(out_boxes), "labels": torch.from_numpy(out_labels), "image_id": rec.image_id,
             "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad}
 
+    def _instances(self, dataset: DetectionDataset, index: int, points: bool) -> tuple[Any, ...]:
+        """The image, boxes, labels and instance shapes (decoded) or ``points`` (keypoints or corners) of a
+        mosaic around ``index`` (with probability ``mosaic``) or of the image alone, with the pipeline that
+        finishes it and the letterbox's scale and pad."""
+        p = self.mosaic
+        if p > 0 and self._rng.random() < p:
+            image, boxes, labels, extra = self._mosaic_image(dataset, index, with_shapes=not points,
+                                                             with_points=points)
+            return image, boxes, labels, extra, self._mosaic_tail, 1.0, (0, 0)
+        if points:
+            image, boxes, labels, extra = dataset.load_points(index)
+        else:
+            image, boxes, labels, shapes = dataset.load_instances(index)
+            extra = [s if isinstance(s, list) else decode_rle(s) for s in shapes]
+        rec = dataset.records[index]
+        scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        return image, boxes, labels, extra, self._letterbox, scale, pad
+
     def _with_masks(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """An item with ``target["masks"]`` (see the module docstring)."""
         if not dataset.masks:
             raise ConfigError(f"DetectionTransform(masks=True) on {dataset!r}, opened without masks; open it with "
                               f"masks=True")
         rec = dataset.records[index]
-        p = self.mosaic
-        if p > 0 and self._rng.random() < p:
-            image, boxes, labels, shapes = self._mosaic_image(dataset, index, with_shapes=True)
-            pipeline, scale, pad = self._mosaic_tail, 1.0, (0, 0)
-        else:
-            image, boxes, labels, shapes = dataset.load_instances(index)
-            shapes = [s if isinstance(s, list) else decode_rle(s) for s in shapes]
-            pipeline = self._letterbox
-            scale, _, pad = letterbox_params(rec.height, rec.width, self.img_size, self.stride)
+        image, boxes, labels, shapes, pipeline, scale, pad = self._instances(dataset, index, points=False)
         bitmaps = [i for i, s in enumerate(shapes) if not isinstance(s, list)]
         inputs: dict[str, Any] = {"image": image, "bboxes": boxes, "labels": labels, "ids": np.arange(len(labels))}
         if bitmaps:
@@ -224,18 +255,66 @@ class DetectionTransform:
             "orig_size": (rec.height, rec.width), "scale": float(scale), "pad": pad,
             "masks": torch.from_numpy(instance_masks(full, self.mask_ratio, self.overlap))}
 
-    def _mosaic_image(self, dataset: DetectionDataset, index: int, with_shapes: bool = False) -> tuple[Any, ...]:
+    def _with_points(self, dataset: DetectionDataset, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """An item with ``target["keypoints"]`` or ``target["rboxes"]`` (see the module docstring)."""
+        spec = dataset.keypoint_spec
+        if (spec is None) if self.keypoints else not dataset.obb:
+            kind = "keypoints" if self.keypoints else "obb"
+            raise ConfigError(f"DetectionTransform({kind}=True) on {dataset!r}, opened without {kind}; open it with "
+                              f"{kind}=True")
+        rec = dataset.records[index]
+        image, boxes, labels, points, pipeline, scale, pad = self._instances(dataset, index, points=True)
+        out = pipeline(image=image, bboxes=boxes, labels=labels, ids=np.arange(len(labels)))
+        h, w = out["image"].shape[:2]
+        out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
+        out_labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
+        ids = np.asarray(out["ids"], dtype=np.int64).reshape(-1)
+        applied = out["applied_transforms"]
+        target: dict[str, Any] = {"image_id": rec.image_id, "orig_size": (rec.height, rec.width),
+                                  "scale": float(scale), "pad": pad}
+        if self.keypoints:
+            kpts = np.asarray(points, np.float32)[ids].copy()
+            kpts[..., :2] = replay_points(kpts[..., :2].reshape(-1, 2), applied, (h, w)).reshape(kpts[..., :2].shape)
+            kpts = clip_keypoints(kpts, w, h)
+            if any(name == "HorizontalFlip" for name, _ in applied):
+                if spec.flip_idx is None:
+                    raise ConfigError(f"{dataset!r}: a horizontal flip needs the keypoints' flip_idx (the data YAML's "
+                                      f"flip_idx); give it, or set hflip to 0")
+                kpts = kpts[:, list(spec.flip_idx)]
+            target["keypoints"] = torch.from_numpy(np.ascontiguousarray(kpts, np.float32))
+        else:
+            moved = replay_points(np.asarray(points, np.float32)[ids].reshape(-1, 2), applied, (h, w))
+            fitted = [fit_visible(c, 0, 0, w, h) for c in moved.reshape(len(ids), 4, 2)]
+            keep = np.array([f is not None for f in fitted], bool)
+            rects = np.array([f for f in fitted if f is not None], np.float32).reshape(-1, 4, 2)
+            shape_boxes = np.concatenate([rects.min(1), rects.max(1)], axis=1).reshape(-1, 4)
+            np.clip(shape_boxes, 0, [w, h, w, h], out=shape_boxes)
+            if self.train:  # slivers dropped, as the boxes are
+                wide = (shape_boxes[:, 2:] - shape_boxes[:, :2] >= 2).all(axis=1)
+                keep[keep] = wide
+                rects, shape_boxes = rects[wide], shape_boxes[wide]
+            out_boxes, out_labels = shape_boxes, out_labels[keep]
+            target["rboxes"] = torch.from_numpy(corners_to_xywhr(rects).astype(np.float32).reshape(-1, 5))
+        target["boxes"], target["labels"] = torch.from_numpy(out_boxes), torch.from_numpy(out_labels)
+        return image_to_tensor(out["image"]), target
+
+    def _mosaic_image(self, dataset: DetectionDataset, index: int, with_shapes: bool = False,
+                      with_points: bool = False) -> tuple[Any, ...]:
         """A 2S x 2S canvas of four images around a random centre; boxes clipped to each image's visible
         part and dropped below ``min_visibility``. ``with_shapes``: also the kept instances' shapes on
-        the canvas (polygons cut to their tile, or (2S, 2S) bitmaps)."""
+        the canvas (polygons cut to their tile, or (2S, 2S) bitmaps); ``with_points``: their keypoints
+        (visibility 0 outside the tile) or oriented boxes' corners (fit to the tile), (n, K, 3) / (n, 4, 2)."""
         s = self.img_size
         canvas = np.full((2 * s, 2 * s, 3), PAD_VALUE, dtype=np.uint8)
         xc, yc = (int(v) for v in self._rng.integers(s // 2, 3 * s // 2 + 1, size=2))
         indices = [index, *(int(i) for i in self._rng.integers(0, len(dataset), size=3))]
         all_boxes, all_labels = [], []
         all_shapes: list[Shape | np.ndarray] = []
+        all_points: list[np.ndarray] = []
         for k, i in enumerate(indices):
-            if with_shapes:
+            if with_points:
+                image, boxes, labels, points = dataset.load_points(i)
+            elif with_shapes:
                 image, boxes, labels, shapes = dataset.load_instances(i)
             else:
                 image, boxes, labels = dataset.load(i)
@@ -266,6 +345,10 @@ class DetectionTransform:
             area = (placed[:, 2] - placed[:, 0]) * (placed[:, 3] - placed[:, 1])
             visible = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
             ok = (visible > 0) & (visible >= self.min_visibility * area)
+            if with_points:
+                placed_points = _place_points(points, r, xa - sx, ya - sy, (xa, ya, xb, yb))
+                ok &= np.array([q is not None for q in placed_points], bool)
+                all_points += [q for q, o in zip(placed_points, ok) if o]
             all_boxes.append(kept[ok])
             all_labels.append(labels[ok])
             if with_shapes:
@@ -280,4 +363,37 @@ class DetectionTransform:
         labels = np.concatenate(all_labels) if all_labels else np.zeros(0, np.int64)
         if with_shapes:
             return canvas, boxes, labels, all_shapes
+        if with_points:
+            tail = (dataset.keypoint_spec.num, 3) if dataset.keypoint_spec is not None else (4, 2)
+            return canvas, boxes, labels, np.array(all_points, np.float32).reshape(-1, *tail)
         return canvas, boxes, labels
+
+
+def clip_keypoints(kpts: np.ndarray, w: float, h: float) -> np.ndarray:
+    """Keypoints (n, K, 3): visibility 0 where a point lies outside [0, w] x [0, h], coordinates clipped to
+    it (ultralytics' ``Instances.clip``)."""
+    out = np.asarray(kpts, np.float32).copy()
+    x, y = out[..., 0], out[..., 1]
+    out[..., 2][(x < 0) | (x > w) | (y < 0) | (y > h)] = 0
+    np.clip(out[..., 0], 0, w, out=out[..., 0])
+    np.clip(out[..., 1], 0, h, out=out[..., 1])
+    return out
+
+
+def _place_points(points: np.ndarray, r: float, dx: float, dy: float,
+                  tile: tuple[int, int, int, int]) -> list[np.ndarray | None]:
+    """An image's keypoints (n, K, 3) or corners (n, 4, 2) on the mosaic canvas: scaled by ``r``, moved by
+    (``dx``, ``dy``); keypoints outside ``tile`` (xa, ya, xb, yb) get visibility 0, corners are fit to it
+    (None: nothing of the box in the tile)."""
+    xa, ya, xb, yb = tile
+    out: list[np.ndarray | None] = []
+    for p in np.asarray(points, np.float32):
+        q = p.copy()
+        q[:, :2] = q[:, :2] * np.float32(r) + np.array([dx, dy], np.float32)
+        if q.shape[1] == 3:
+            x, y = q[:, 0], q[:, 1]
+            q[(x < xa) | (x > xb) | (y < ya) | (y > yb), 2] = 0
+            out.append(q)
+        else:
+            out.append(fit_visible(q, xa, ya, xb, yb))
+    return out

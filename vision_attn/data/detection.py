@@ -16,6 +16,14 @@ per box (polygons or an RLE, see :mod:`vision_attn.data.masks`) and its crowd in
 the smallest instance); :meth:`DetectionDataset.ground_truth` then adds RLE masks in original pixels
 and ``iscrowd``.
 
+Keypoints (a source opened with ``keypoints=True``: ``dataset.keypoint_spec`` says K, ``flip_idx``,
+sigmas): each record carries ``keypoints`` (n, K, 3) (x, y in original pixels, visibility 0/1/2) and
+``target["keypoints"]`` is float32 (n, K, 3) in network-input pixels. Oriented boxes (``obb=True``):
+each record carries ``corners`` (n, 4, 2) in original pixels (its ``boxes`` are their enclosing boxes)
+and ``target["rboxes"]`` is float32 (n, 5) ``cx, cy, w, h, r`` in network-input pixels, r in radians
+(:func:`vision_attn.data.rotated.corners_to_xywhr`'s canonical form). :meth:`DetectionDataset.ground_truth`
+adds ``keypoints`` (and ``areas``, for OKS) or ``rboxes`` in original pixels.
+
 Every source checks its boxes with :func:`check_boxes` (clipped, degenerate and duplicate boxes named
 by file and line in the data set's :class:`~vision_attn.data.faults.Faults`) and reads its images
 through the same policy: a file that is not an image, truncated or gone is a problem named by path.
@@ -31,11 +39,13 @@ import numpy as np
 import torch
 
 from vision_attn.data.faults import SKIP_HINT, Faults, decode_problem, verify_images
+from vision_attn.data.keypoints import KeypointSpec
+from vision_attn.data.rotated import corners_to_xywhr
 from vision_attn.data.masks import Shape, instance_masks, shape_bitmap, shape_to_rle
 from vision_attn.errors import DataError
 
 __all__ = ["DetectionRecord", "CrowdInstances", "DetectionStats", "MASK_RATIO", "DetectionDataset", "clip_boxes", "check_boxes", "read_image",
-           "image_to_tensor", "collate_detection", "check_boxes_kept"]
+           "image_to_tensor", "collate_detection", "check_boxes_kept", "yolo_targets"]
 
 MIN_BOX_SIZE = 1e-3  # pixels: a box narrower or lower than this after clipping is degenerate
 CLIP_TOLERANCE = 1e-2  # pixels: clipping less than this (rounding in normalised labels) is not counted
@@ -65,6 +75,9 @@ class DetectionRecord:
     labels: np.ndarray
     shapes: list[Shape] | None = None
     crowd: CrowdInstances | None = None
+    keypoints: np.ndarray | None = None  # (n, K, 3) float32 x, y pixels and visibility 0/1/2 (pose sets)
+    corners: np.ndarray | None = None  # (n, 4, 2) float32 oriented boxes' corners in pixels (OBB sets)
+    areas: np.ndarray | None = None  # (n,) instance areas a COCO keypoints json gives (OKS scale)
 
 
 @dataclass
@@ -117,9 +130,11 @@ def check_boxes(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: 
 
 
 def check_boxes_kept(boxes: np.ndarray, labels: np.ndarray, where: list[str], image: Path, height: int,
-                     width: int, file: Path, faults: Faults,
-                     stats: DetectionStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`check_boxes`, and the indices (k,) of the input rows kept (to keep their shapes)."""
+                     width: int, file: Path, faults: Faults, stats: DetectionStats,
+                     extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`check_boxes`, and the indices (k,) of the input rows kept (to keep their shapes); ``extra``
+    (n, m): more of each row (keypoints, corners) that a duplicate must repeat too, as ultralytics
+    compares whole rows."""
     clipped, ok, _ = clip_boxes(boxes, height, width)
     moved = (np.abs(clipped - boxes) > CLIP_TOLERANCE).any(axis=1) & ok
     for j in np.flatnonzero(moved):
@@ -133,6 +148,8 @@ def check_boxes_kept(boxes: np.ndarray, labels: np.ndarray, where: list[str], im
     keep = np.flatnonzero(ok)
     if len(keep) > 1:  # duplicate rows (same class, same box): the first is kept, as ultralytics does
         rows = np.concatenate([labels[keep, None].astype(np.float64), clipped[keep].astype(np.float64)], axis=1)
+        if extra is not None:
+            rows = np.concatenate([rows, np.asarray(extra, np.float64).reshape(len(boxes), -1)[keep]], axis=1)
         _, first = np.unique(rows, axis=0, return_index=True)
         if len(first) < len(keep):
             unique = np.sort(first)
@@ -183,6 +200,8 @@ class DetectionDataset(torch.utils.data.Dataset):
     stats: DetectionStats
     faults: Faults  # the policy for bad images and what the checks met
     masks: bool = False  # records carry shapes; items carry target["masks"]
+    keypoint_spec: KeypointSpec | None = None  # records carry keypoints; items carry target["keypoints"]
+    obb: bool = False  # records carry corners; items carry target["rboxes"]
 
     def __init__(self, transform: Callable[[DetectionDataset, int], tuple[torch.Tensor, dict]] | None = None,
                  faults: Faults | None = None):
@@ -214,6 +233,17 @@ class DetectionDataset(torch.utils.data.Dataset):
         image, boxes, labels = self.load(index)
         return image, boxes, labels, rec.shapes
 
+    def load_points(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`load` and the boxes' keypoints (n, K, 3) or corners (n, 4, 2) in original pixels (a set
+        opened with ``keypoints=True`` or ``obb=True``)."""
+        rec = self.records[index]
+        points = rec.keypoints if rec.keypoints is not None else rec.corners
+        if points is None:
+            raise DataError(f"image {rec.path}: the data set was opened without keypoints or oriented boxes; open "
+                            f"it with keypoints=True or obb=True")
+        image, boxes, labels = self.load(index)
+        return image, boxes, labels, points
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
         if self.transform is not None:
             return self.transform(self, index)
@@ -226,12 +256,18 @@ class DetectionDataset(torch.utils.data.Dataset):
             full = np.stack([shape_bitmap(s, rec.height, rec.width) for s in rec.shapes]) if rec.shapes else \
                 np.zeros((0, rec.height, rec.width), np.uint8)
             target["masks"] = torch.from_numpy(instance_masks(full, MASK_RATIO))
+        if rec.keypoints is not None:
+            target["keypoints"] = torch.from_numpy(rec.keypoints.astype(np.float32))
+        if rec.corners is not None:
+            target["rboxes"] = torch.from_numpy(corners_to_xywhr(rec.corners).astype(np.float32).reshape(-1, 5))
         return image_to_tensor(image), target
 
     def ground_truth(self) -> list[dict[str, Any]]:
         """Per image ``{image_id, boxes (n, 4) xyxy original pixels, labels, orig_size}``, the form that
         :func:`vision_attn.evaluation.coco_map` takes. With masks: crowd instances appended after the
         boxes, ``masks`` (a compressed COCO RLE per box, original pixels) and ``iscrowd`` (n,) bool."""
+        if self.keypoint_spec is not None or self.obb:
+            return [self._point_truth(r) for r in self.records]
         if not self.masks:
             return [{"image_id": r.image_id, "boxes": r.boxes, "labels": r.labels, "orig_size": (r.height, r.width)}
                     for r in self.records]
@@ -245,6 +281,19 @@ class DetectionDataset(torch.utils.data.Dataset):
                         "orig_size": (r.height, r.width),
                         "masks": [shape_to_rle(s, r.height, r.width) for s in shapes],
                         "iscrowd": np.concatenate([np.zeros(len(r.labels), bool), np.ones(len(crowd.labels), bool)])})
+        return out
+
+    def _point_truth(self, r: DetectionRecord) -> dict[str, Any]:
+        """One image's ground truth with ``keypoints`` (n, K, 3) and ``areas`` (n,) (the instances' areas
+        for OKS: the COCO ``area`` when the source has one, else 0.53 x the box's, as ultralytics takes
+        it), or with ``rboxes`` (n, 5) xywhr, in original pixels."""
+        out = {"image_id": r.image_id, "boxes": r.boxes, "labels": r.labels, "orig_size": (r.height, r.width)}
+        if r.keypoints is not None:
+            out["keypoints"] = r.keypoints
+            box_areas = (r.boxes[:, 2] - r.boxes[:, 0]) * (r.boxes[:, 3] - r.boxes[:, 1]) * 0.53
+            out["areas"] = np.asarray(r.areas if r.areas is not None else box_areas, np.float64)
+        if r.corners is not None:
+            out["rboxes"] = corners_to_xywhr(r.corners).reshape(-1, 5)
         return out
 
     def verify(self, threads: int = 4,
@@ -271,7 +320,8 @@ class DetectionDataset(torch.utils.data.Dataset):
 def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> dict[str, Any]:
     """Items of one size -> ``{images (B, 3, H, W), boxes [(n_i, 4)], labels [(n_i,)], image_ids,
     orig_sizes, scales, pads}`` (lists of length B, boxes in network-input pixels), and ``masks``
-    [(n_i, Hm, Wm) uint8] when the items carry masks."""
+    [(n_i, Hm, Wm) uint8] when the items carry masks; ``keypoints`` [(n_i, K, 3)] or ``rboxes``
+    [(n_i, 5)] (network-input pixels) when they carry those, with ``targets`` (:func:`yolo_targets`)."""
     images = [image for image, _ in batch]
     if len({tuple(im.shape) for im in images}) > 1:
         raise DataError(f"collate_detection: images of different sizes {sorted({tuple(im.shape) for im in images})}; "
@@ -282,10 +332,37 @@ def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> d
            "labels": [t["labels"] for t in targets], "image_ids": [int(t["image_id"]) for t in targets],
            "orig_sizes": [tuple(t["orig_size"]) for t in targets], "scales": [float(t["scale"]) for t in targets],
            "pads": [tuple(t["pad"]) for t in targets]}
-    with_masks = sum("masks" in t for t in targets)
-    if with_masks == len(targets):
-        out["masks"] = [t["masks"] for t in targets]
-    elif with_masks:
-        raise DataError(f"collate_detection: {with_masks} of {len(targets)} items carry masks; give every item's "
-                        f"data set masks=True")
+    for key, what in (("masks", "masks=True"), ("keypoints", "keypoints=True"), ("rboxes", "obb=True")):
+        carried = sum(key in t for t in targets)
+        if carried == len(targets):
+            out[key] = [t[key] for t in targets]
+        elif carried:
+            raise DataError(f"collate_detection: {carried} of {len(targets)} items carry {key}; give every item's "
+                            f"data set {what}")
+    if "keypoints" in out or "rboxes" in out:
+        out["targets"] = yolo_targets(out)
+    return out
+
+
+def yolo_targets(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A collated batch's instances flattened as ultralytics' trainers hand them to their losses
+    (``v8DetectionLoss``, ``v8PoseLoss``, ``v8OBBLoss``): ``batch_idx`` (N,) float (the image of each
+    instance), ``cls`` (N, 1) float, ``bboxes`` (N, 4) cx, cy, w, h normalised by the input's width and
+    height, or with ``rboxes`` (N, 5) cx, cy, w, h normalised and r in radians, and with ``keypoints``
+    ``keypoints`` (N, K, 3): x, y normalised, visibility as it is."""
+    h, w = batch["images"].shape[-2:]
+    counts = [len(b) for b in batch["labels"]]
+    out = {"batch_idx": torch.repeat_interleave(torch.arange(len(counts), dtype=torch.float32),
+                                                torch.tensor(counts, dtype=torch.long)),
+           "cls": torch.cat([lab.reshape(-1) for lab in batch["labels"]]).float().reshape(-1, 1)}
+    scale = torch.tensor([w, h, w, h], dtype=torch.float32)
+    if "rboxes" in batch:
+        r = torch.cat([b.reshape(-1, 5) for b in batch["rboxes"]]).float()
+        out["bboxes"] = torch.cat([r[:, :4] / scale, r[:, 4:]], dim=1)
+    else:
+        xyxy = torch.cat([b.reshape(-1, 4) for b in batch["boxes"]]).float()
+        out["bboxes"] = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], dim=1) / scale
+    if "keypoints" in batch:
+        k = torch.cat(list(batch["keypoints"])).float()
+        out["keypoints"] = k / torch.tensor([w, h, 1.0], dtype=torch.float32)
     return out

@@ -36,6 +36,7 @@ import numpy as np
 from vision_attn.errors import ConfigError
 
 __all__ = ["DigitBoxesConfig", "DigitImage", "generate_digit_boxes", "write_digit_boxes", "digit_scans",
+           "blank_canvas", "digit_patches",
            "INK_THRESHOLD", "DIGIT_NAMES", "DEMO_CONFIG"]
 
 INK_THRESHOLD = 0.25  # alpha at or above which a pixel counts as ink (box edges)
@@ -108,22 +109,38 @@ def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
     return inter / (area + areas - inter)
 
 
-def _draw(rng: np.random.Generator, scans: np.ndarray, digits: np.ndarray, cfg: DigitBoxesConfig) -> DigitImage:
+def blank_canvas(rng: np.random.Generator, cfg: DigitBoxesConfig) -> tuple[np.ndarray, int]:
+    """A canvas (h, w, 3) float64 (grey noise on a random dark colour) and how many digits to try on it."""
     h, w = CANVAS_SIZES[rng.integers(len(CANVAS_SIZES))]
     background = rng.uniform(0, 90, size=3)
     canvas = background + rng.normal(0.0, cfg.noise, size=(h, w, 1))  # (h, w, 3): grey noise on a colour
-    boxes: list[np.ndarray] = []
-    labels: list[int] = []
-    inks: list[tuple[np.ndarray, int, int]] = []
     n = 0 if rng.random() < cfg.empty_fraction else int(rng.integers(1, cfg.max_digits + 1))
+    return canvas, n
+
+
+def digit_patches(rng: np.random.Generator, scans: np.ndarray, cfg: DigitBoxesConfig, width: int,
+                  n: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``n`` tries of a random scan: its index, its alpha (ph, pw) float32 at a random size (at most
+    ``width`` wide) and its ink (alpha >= ``INK_THRESHOLD``); a try without ink is left out. Drawn from
+    ``rng`` as each is taken."""
     for _ in range(n):
         k = int(rng.integers(len(scans)))
         ph = int(rng.integers(cfg.min_size, cfg.max_size + 1))
-        pw = int(np.clip(round(ph * rng.uniform(0.8, 1.2)), 8, w))
+        pw = int(np.clip(round(ph * rng.uniform(0.8, 1.2)), 8, width))
         alpha = np.clip(cv2.resize(scans[k], (pw, ph), interpolation=cv2.INTER_LANCZOS4), 0.0, 1.0)
         ink = alpha >= INK_THRESHOLD
-        if not ink.any():
-            continue
+        if ink.any():
+            yield k, alpha, ink
+
+
+def _draw(rng: np.random.Generator, scans: np.ndarray, digits: np.ndarray, cfg: DigitBoxesConfig) -> DigitImage:
+    canvas, n = blank_canvas(rng, cfg)
+    h, w = canvas.shape[:2]
+    boxes: list[np.ndarray] = []
+    labels: list[int] = []
+    inks: list[tuple[np.ndarray, int, int]] = []
+    for k, alpha, ink in digit_patches(rng, scans, cfg, w, n):
+        ph, pw = alpha.shape
         rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
         ink_box = np.array([cols[0], rows[0], cols[-1] + 1, rows[-1] + 1], dtype=np.float32)
         for _ in range(30):

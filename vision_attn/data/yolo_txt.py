@@ -35,6 +35,8 @@ from vision_attn.data.detection import (
     check_boxes_kept,
 )
 from vision_attn.data.faults import Faults, image_size, walk_images
+from vision_attn.data.keypoints import KeypointSpec, keypoint_spec_from_yaml
+from vision_attn.data.rotated import fit_visible
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.text import read_lines
 from vision_attn.io.yaml import CONFIG_LIMITS, read_yaml
@@ -118,18 +120,55 @@ def _polygon_columns(cols: list[str]) -> str | None:
     return None
 
 
+def _points_columns(cols: list[str], kpt: KeypointSpec | None) -> str | None:
+    """Why the columns of a line cannot be a keypoint row (``kpt``) or, without ``kpt``, an oriented box
+    ``class x1 y1 x2 y2 x3 y3 x4 y4``; None if they can."""
+    if kpt is not None:
+        want = 5 + kpt.num * kpt.dims
+        if len(cols) != want:
+            per = "x y v" if kpt.dims == 3 else "x y"
+            return (f"{len(cols)} columns; kpt_shape {kpt.kpt_shape} needs {want} (class cx cy w h, then {kpt.num} "
+                    f"points of {per})")
+        return None
+    if len(cols) != 9:
+        points = f"{(len(cols) - 1) // 2} point(s)" if len(cols) % 2 else f"{len(cols) - 1} coordinates (odd)"
+        return (f"{points} after the class; an oriented box is its 4 corners (class x1 y1 x2 y2 x3 y3 x4 y4, "
+                f"normalised)")
+    return None
+
+
+def _split_points(values: np.ndarray, kpt: KeypointSpec | None) -> tuple[np.ndarray, np.ndarray]:
+    """A row's numbers after the class -> (coordinates to check against [0, 1], its points: keypoints
+    (K, 3) with visibility, or corners (4, 2))."""
+    if kpt is None:
+        return values, values.reshape(4, 2)
+    pts = values[4:].reshape(kpt.num, kpt.dims)
+    if kpt.dims == 2:  # visible unless a coordinate is negative (ultralytics' rule)
+        vis = np.where((pts[:, 0] < 0) | (pts[:, 1] < 0), 0.0, 2.0)
+        pts = np.concatenate([pts, vis[:, None]], axis=1)
+    return np.concatenate([values[:4], pts[:, :2].reshape(-1)]), pts
+
+
 def _parse_labels(file: Path, nc: int, faults: Faults, stats: DetectionStats, masks: bool = False,
+                  kpt: KeypointSpec | None = None, obb: bool = False,
                   ) -> tuple[np.ndarray, np.ndarray, list[str], list[np.ndarray]] | None:
     """Boxes (n, 4) cx, cy, w, h normalised, classes (n,), each row's ``"line N"`` of one label file and,
-    with ``masks``, each row's polygon (k, 2) normalised (else an empty list); None after ``faults.bad``
-    for a line that cannot be used."""
+    with ``masks``, each row's polygon (k, 2) normalised, with ``kpt`` its keypoints (K, 3) (x, y
+    normalised, visibility), with ``obb`` its corners (4, 2) normalised (else an empty list); None after
+    ``faults.bad`` for a line that cannot be used."""
     boxes, classes, where, polygons = [], [], [], []
+    points = kpt is not None or obb
     for n, line in read_lines(file, what="label file"):
         cols = line.split()
         if not cols:
             continue
         at = f"line {n}"
-        if masks:
+        if points:
+            problem = _points_columns(cols, kpt)
+            if problem is not None:
+                faults.bad(file, problem, at, fix="fix the line")
+                return None
+        elif masks:
             problem = _polygon_columns(cols)
             if problem is not None:
                 faults.bad(file, problem, at, fix="write the instance's outline as a polygon or remove the line")
@@ -148,22 +187,41 @@ def _parse_labels(file: Path, nc: int, faults: Faults, stats: DetectionStats, ma
             faults.bad(file, f"class index {cols[0]} is not in 0..{nc - 1} (the data YAML names {nc} classes)", at,
                        fix="fix the label or add the class to names")
             return None
-        if not np.isfinite(values).all() or values.min() < -COORD_TOLERANCE or values.max() > 1 + COORD_TOLERANCE:
-            pixels = np.isfinite(values).all() and values.max() > 1.5
+        checked = values
+        if points:
+            checked, pts = _split_points(values, kpt)
+            if kpt is not None and kpt.dims == 3 and not np.isin(pts[:, 2], (0, 1, 2)).all():
+                bad = pts[~np.isin(pts[:, 2], (0, 1, 2)), 2][0]
+                faults.bad(file, f"keypoint visibility {bad:g} is not 0, 1 or 2 (0: not labelled, 1: hidden, "
+                                 f"2: visible)", at, fix="fix the line")
+                return None
+        if not np.isfinite(checked).all() or checked.min() < -COORD_TOLERANCE or checked.max() > 1 + COORD_TOLERANCE:
+            pixels = np.isfinite(checked).all() and checked.max() > 1.5
             faults.bad(file, f"coordinates {' '.join(cols[1:])} are outside [0, 1]"
                              f"{': they look like pixels' if pixels else ''}", at,
                        fix="YOLO labels are normalised: divide x and width by the image width, y and height by "
                            "its height")
             return None
-        if masks:  # the outline, inside the image (rounding outside it clipped), and its enclosing box
+        if kpt is not None:  # the box is the row's; the points keep their coordinates (rounding clipped)
+            pts[:, :2] = np.clip(pts[:, :2], 0.0, 1.0)
+            polygons.append(pts)
+            values = values[:4]
+        elif obb:  # corners cut to the image in their own orientation (rounding outside it)
+            fitted = fit_visible(pts, 0.0, 0.0, 1.0, 1.0)
+            if fitted is None:
+                faults.bad(file, f"the oriented box {' '.join(cols[1:])} has no area", at, fix="fix the line")
+                return None
+            polygons.append(fitted.astype(np.float64))
+            values = polygons[-1].reshape(-1)
+        elif masks:  # the outline, inside the image (rounding outside it clipped), and its enclosing box
             polygons.append(np.clip(values, 0.0, 1.0).reshape(-1, 2))
         if len(values) > 4:  # polygon -> enclosing box
             xs, ys = values[0::2], values[1::2]
-            if masks:
+            if masks or points:
                 xs, ys = polygons[-1][:, 0], polygons[-1][:, 1]
             values = np.array([(xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(),
                                ys.max() - ys.min()])
-            if not masks:
+            if not masks and not points:
                 stats.polygons += 1
                 faults.counts["polygons read as boxes"] += 1
         boxes.append(values)
@@ -178,11 +236,15 @@ class YoloDetection(DetectionDataset):
 
     def __init__(self, data_yaml: str | Path, split: str = "train", *,
                  transform: Callable[[DetectionDataset, int], Any] | None = None, faults: Faults | None = None,
-                 masks: bool = False):
+                 masks: bool = False, keypoints: bool = False, obb: bool = False):
         super().__init__(transform, faults)
-        self.masks = masks
+        if masks + keypoints + obb > 1:
+            raise ConfigError("open a YOLO data set with one of masks, keypoints or obb")
+        self.masks, self.obb = masks, obb
         self.data_yaml = Path(data_yaml)
         doc, root, self.names = read_data_yaml(self.data_yaml)
+        self.keypoint_spec = keypoint_spec_from_yaml(doc, self.data_yaml) if keypoints else None
+        kpt = self.keypoint_spec
         self.category_ids = list(range(1, len(self.names) + 1))
         if not doc.get(split):
             raise DataError(f"data YAML {self.data_yaml}: '{split}' is missing; give the {split} images folder "
@@ -202,7 +264,7 @@ class YoloDetection(DetectionDataset):
             w, h = size
             lp = label_path(path)
             if lp.is_file():
-                parsed = _parse_labels(lp, nc, self.faults, stats, masks)
+                parsed = _parse_labels(lp, nc, self.faults, stats, masks, kpt, obb)
                 if parsed is None:
                     stats.skipped += 1
                     continue
@@ -212,9 +274,17 @@ class YoloDetection(DetectionDataset):
                 stats.missing_labels += 1
             half = cxcywh[:, 2:] / 2
             xyxy = (np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1) * [w, h, w, h]).astype(np.float32)
-            boxes, labels, kept = check_boxes_kept(xyxy, classes, where, path, h, w, lp, self.faults, stats)
+            points = None
+            if kpt is not None:
+                points = np.array(polygons, np.float32).reshape(-1, kpt.num, 3) * np.float32([w, h, 1])
+            elif obb:
+                points = np.array(polygons, np.float32).reshape(-1, 4, 2) * np.float32([w, h])
+            boxes, labels, kept = check_boxes_kept(xyxy, classes, where, path, h, w, lp, self.faults, stats,
+                                                   extra=points)
             shapes = [[(polygons[j] * [w, h]).astype(np.float32)] for j in kept] if masks else None
-            self.records.append(DetectionRecord(path, i, h, w, boxes, labels, shapes))
+            self.records.append(DetectionRecord(path, i, h, w, boxes, labels, shapes,
+                                                keypoints=points[kept] if kpt is not None else None,
+                                                corners=points[kept] if obb else None))
         self.stats = self._finish_stats(stats)
 
     def __repr__(self) -> str:

@@ -30,7 +30,8 @@ from pycocotools import mask as coco_mask
 from vision_attn.data.masks import encode_mask
 from vision_attn.errors import ConfigError, DataError
 
-__all__ = ["CocoResult", "coco_map", "check_category_mapping"]
+__all__ = ["CocoResult", "coco_map", "check_category_mapping", "summarise", "empty_result", "truth_image",
+           "found_image"]
 
 Backend = Literal["pycocotools", "faster"]
 IouType = Literal["bbox", "segm"]
@@ -135,6 +136,26 @@ def _masks(entry: Mapping[str, Any], n: int, size: tuple[int, int], what: str) -
     return [_rle(m, size, what) for m in masks]
 
 
+def truth_image(g: Mapping[str, Any], seen: set[int]) -> tuple[int, str, tuple[int, int]]:
+    """A ground-truth entry's image id (added to ``seen``; a repeat is an error), its name in errors and its
+    (h, w)."""
+    iid = int(g["image_id"])
+    if iid in seen:
+        raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
+    seen.add(iid)
+    h, w = (int(v) for v in g["orig_size"])
+    return iid, f"ground truth of image_id {iid}", (h, w)
+
+
+def found_image(d: Mapping[str, Any], seen: set[int], kind: str) -> tuple[int, str]:
+    """A result entry's image id, which must be among the ground truth's (``seen``), and its name in errors."""
+    iid = int(d["image_id"])
+    what = f"{kind} of image_id {iid}"
+    if iid not in seen:
+        raise DataError(f"{what}: no such image in the ground truth; evaluate {kind} of the same images")
+    return iid, what
+
+
 def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]],
            names: Sequence[str], ids: list[int], segm: bool = False
            ) -> tuple[dict[str, Any], list[dict[str, Any]], np.ndarray]:
@@ -143,12 +164,7 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
     seen: set[int] = set()
     n_gt = np.zeros(nc, np.int64)
     for g in ground_truth:
-        iid = int(g["image_id"])
-        if iid in seen:
-            raise DataError(f"ground truth: image_id {iid} appears twice; give each image once")
-        seen.add(iid)
-        h, w = (int(v) for v in g["orig_size"])
-        what = f"ground truth of image_id {iid}"
+        iid, what, (h, w) = truth_image(g, seen)
         boxes = _array(g["boxes"], np.float64, (4,), what)
         labels = _labels(g["labels"], len(boxes), nc, what, "labels are class indices (0-based), not category ids")
         crowd = np.asarray(g.get("iscrowd", np.zeros(len(boxes), bool)), bool).reshape(-1)
@@ -167,10 +183,7 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
     sizes = {im["id"]: (im["height"], im["width"]) for im in images}
     results: list[dict[str, Any]] = []
     for d in detections:
-        iid = int(d["image_id"])
-        what = f"detections of image_id {iid}"
-        if iid not in seen:
-            raise DataError(f"{what}: no such image in the ground truth; evaluate detections of the same images")
+        iid, what = found_image(d, seen, "detections")
         boxes = _array(d["boxes"], np.float64, (4,), what)
         scores = _array(d["scores"], np.float64, (), what)
         if len(scores) != len(boxes):
@@ -189,9 +202,15 @@ def _build(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mappi
 
 
 def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: Backend,
-              max_dets: int, iou_type: IouType = "bbox") -> tuple[np.ndarray, list[float]]:
-    """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers."""
-    if backend == "pycocotools":
+              max_dets: int, iou_type: str = "bbox", *, sigmas: Sequence[float] | None = None,
+              evaluator: Any = None) -> tuple[np.ndarray, list[float]]:
+    """COCOeval's precision array (T, R, K, A, M) and its 12 summary numbers (10 for keypoints).
+    ``iou_type="keypoints"``: OKS with ``sigmas`` (one per keypoint), ``max_dets`` per image (COCO's 20);
+    ``evaluator``: a subclass of pycocotools' COCOeval to run instead (its own IoU)."""
+    if evaluator is not None:
+        from pycocotools.coco import COCO
+        COCOeval = evaluator
+    elif backend == "pycocotools":
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     elif backend == "faster":
@@ -210,11 +229,16 @@ def _evaluate(dataset: dict[str, Any], results: list[dict[str, Any]], backend: B
         dt = gt.loadRes(results)
         kwargs = {"print_function": lambda *a, **k: None} if backend == "faster" else {}
         ev = COCOeval(gt, dt, iou_type, **kwargs)
-        ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
+        if iou_type == "keypoints":
+            ev.params.kpt_oks_sigmas = np.asarray(sigmas, np.float64)
+            ev.params.maxDets = [max_dets]
+        else:
+            ev.params.maxDets = [1, min(10, max_dets), max_dets]  # COCOeval sorts them: keep max_dets last
         ev.evaluate()
         ev.accumulate()
-        ev.summarize()
-    return np.asarray(ev.eval["precision"]), [float(v) for v in ev.stats[:12]]
+        if iou_type != "keypoints" or max_dets == 20:  # COCOeval's keypoint summary is fixed at 20
+            ev.summarize()
+    return np.asarray(ev.eval["precision"]), [float(v) for v in getattr(ev, "stats", [])[:12]]
 
 
 def _mean(p: np.ndarray) -> float:
@@ -236,12 +260,24 @@ def coco_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Map
     if max_dets < 1:
         raise ConfigError(f"max_dets={max_dets}: give the number of detections per image to keep, at least 1")
     dataset, results, n_gt = _build(ground_truth, detections, names, ids, segm=iou_type == "segm")
-    nc = len(names)
     if not results:  # loadRes([]) raises in pycocotools: nothing detected is AP 0 wherever there is ground truth
-        per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
-        return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
+        return empty_result(names, n_gt)
     precision, stats = _evaluate(dataset, results, backend, max_dets, iou_type)
-    # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, 4 area ranges, 3 max-dets)
+    return summarise(precision, stats, names, ids, n_gt)
+
+
+def empty_result(names: Sequence[str], n_gt: np.ndarray) -> CocoResult:
+    """The result of no detections: AP 0 for every class with ground truth."""
+    per = [(str(n), 0.0 if k else float("nan"), 0.0 if k else float("nan"), int(k)) for n, k in zip(names, n_gt)]
+    return CocoResult(0.0, 0.0, 0.0, per, [0.0] * 12)
+
+
+def summarise(precision: np.ndarray, stats: list[float], names: Sequence[str], ids: list[int],
+              n_gt: np.ndarray) -> CocoResult:
+    """COCOeval's precision array -> the result per class index and overall (all areas, the largest
+    max-dets)."""
+    nc = len(names)
+    # precision: (10 IoU thresholds, 101 recall points, K categories sorted by id, area ranges, max-dets)
     order = np.argsort(ids)  # COCOeval's category axis follows sorted ids; map it back to class indices
     p = np.empty_like(precision[:, :, :, 0, -1])
     p[:, :, order] = precision[:, :, :, 0, -1]

@@ -17,7 +17,10 @@ place, as ``torch.ao`` swaps modules, with its parameters, buffers and state-dic
   continuous bias is kept between inference calls while its MLP is unchanged, q and k scaled in place
   (:class:`FastCosineWindowAttention`);
 - the layers' tables (window orders, masks, position tables) are kept between calls
-  (:class:`KeptTables`), built afresh in a graph being captured.
+  (:class:`KeptTables`), built afresh in a graph being captured;
+- a pre-norm Transformer block of the standard form (LayerNorm, :class:`~vision_attn.layers.attention.Attention`,
+  a GELU :class:`~vision_attn.layers.mlp.Mlp`) runs inference as PyTorch's one native encoder-layer
+  op, the kernel behind ``nn.TransformerEncoderLayer``'s inference fast path (:class:`FastBlock`).
 
 The plan is read at each call, so an accelerated model under the ``"aten"`` plan computes with
 PyTorch's standard kernels.
@@ -32,11 +35,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.kernels.attention import packed_sdpa, sdpa
-from vision_attn.kernels.capture import tracing
+from vision_attn.kernels.capture import autograd_transforms_active, tracing
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.gather import gather_tokens
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
-from vision_attn.kernels.plan import KernelPlan
+from vision_attn.kernels.plan import KernelPlan, current_plan
+from vision_attn.layers.attention import Attention
+from vision_attn.layers.block import Block
 from vision_attn.layers.cosine_window_attention import CosineWindowAttention
 from vision_attn.layers.deformable_attention import sample_standard
 from vision_attn.layers.mlp import Mlp
@@ -45,7 +50,7 @@ from vision_attn.layers.window_attention import WindowAttention
 from vision_attn.layers.window_attention import gather_tokens as plain_gather_tokens
 from vision_attn.models.yolo.rtdetr import AIFI
 
-__all__ = ["accelerate", "needs_kernels", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
+__all__ = ["accelerate", "needs_kernels", "FastBlock", "FastMlp", "FastAIFI", "FastWindowAttention", "FastCosineWindowAttention", "KeptTables", "SEAMS"]
 
 T = TypeVar("T")
 
@@ -79,6 +84,50 @@ class FastMlp(Mlp):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.drop1(linear_act(self.fc1, x, self.act))  # (..., hidden)
         return self.drop2(self.fc2(x))
+
+
+def _standard_form(block: Block) -> bool:
+    """Whether ``block`` computes exactly what the native encoder layer does: LayerNorms with biases,
+    plain multi-head attention with both biases and no q/k norm, a GELU (exact) MLP with biases, no
+    layer scale, and no hook on any part of it."""
+    attn, mlp, n1, n2 = block.attn, block.mlp, block.norm1, block.norm2
+    parts = (attn, attn.qkv, attn.proj, mlp, mlp.fc1, mlp.act, mlp.fc2, n1, n2)
+    return (type(attn).forward is Attention.forward and type(attn.q_norm) is nn.Identity
+            and type(attn.k_norm) is nn.Identity and not attn.keep_weights
+            and type(mlp).forward in (Mlp.forward, FastMlp.forward) and type(mlp.act) is nn.GELU
+            and mlp.act.approximate == "none" and type(block.ls1) is nn.Identity and type(block.ls2) is nn.Identity
+            and type(n1) is nn.LayerNorm and type(n2) is nn.LayerNorm and n1.eps == n2.eps
+            and all(p is not None for p in (attn.qkv.bias, attn.proj.bias, mlp.fc1.bias, mlp.fc2.bias, n1.bias, n2.bias))
+            and not any(m._forward_hooks or m._forward_pre_hooks for m in parts)
+            and not (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks))
+
+
+class FastBlock(Block):
+    """A pre-norm block whose inference (no gradient recorded, eval mode, no rotary tables, no
+    autocast, no graph being captured) is ``torch._transformer_encoder_layer_fwd``: the whole block in
+    one native op, as ``nn.TransformerEncoderLayer`` runs in eval mode. A block of another form
+    (:func:`_standard_form`), training, and a plan that puts the linear layers' inference on oneDNN
+    (where the block is accelerated with kernels) take the layers' own path."""
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        if rope is None and self._native(x):
+            attn, mlp = self.attn, self.mlp
+            return torch._transformer_encoder_layer_fwd(  # (B, N, D)
+                x, x.shape[-1], attn.num_heads, attn.qkv.weight, attn.qkv.bias, attn.proj.weight, attn.proj.bias,
+                True, True, self.norm1.eps, self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
+                mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias, None, None)
+        return super().forward(x, rope)
+
+    def _native(self, x: torch.Tensor) -> bool:
+        if (self.training or not isinstance(x, torch.Tensor) or x.dim() != 3
+                or (torch.is_grad_enabled() and (x.requires_grad or self.attn.qkv.weight.requires_grad))
+                or torch.is_autocast_enabled(x.device.type) or x.dtype != self.attn.qkv.weight.dtype
+                or tracing(x) or autograd_transforms_active() or not _standard_form(self)):
+            return False
+        if isinstance(self.attn.qkv, FusedLinear):  # accelerated with kernels: the plan's inference kernel decides
+            plan = current_plan()
+            return not plan.fast_paths or plan.choice(x.dtype).inference != "onednn"
+        return True
 
 
 class FastAIFI(AIFI):
@@ -146,7 +195,7 @@ KERNEL_SEAMS = frozenset({"sdpa"})
 """The seams whose fast path is a choice of kernel (the plan's); the others are faster whatever the plan."""
 
 _FAST_FORMS: tuple[tuple[type, type, bool], ...] = (
-    (Mlp, FastMlp, True), (AIFI, FastAIFI, True), (CosineWindowAttention, FastCosineWindowAttention, False),
+    (Block, FastBlock, False), (Mlp, FastMlp, True), (AIFI, FastAIFI, True), (CosineWindowAttention, FastCosineWindowAttention, False),
     (WindowAttention, FastWindowAttention, False),
 )
 """Each layer class with the subclass that holds its fast path (and whether that path is a choice of

@@ -84,7 +84,7 @@ def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: Ker
     if len(options) == 1:
         return "measured", options["measured"], {}
     shape = "x".join(map(str, inputs.shape))
-    key = plan_key(f"step v2 {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
+    key = plan_key(f"step v3 {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
                    torch.get_num_threads())
 
     def measure() -> dict[str, Any]:

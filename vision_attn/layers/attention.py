@@ -81,16 +81,24 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, N, D)."""
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
-        q, k, v = qkv.unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self.heads(x)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
                                  keep_weights=self.keep_weights, sdpa=self.sdpa)
-        x = x.transpose(1, 2).reshape(B, N, C)  # (B, N, D)
-        return self.proj_drop(self.proj(x))
+        return self.project(x)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens (B, N, D) -> q, k, v (B, heads, N, d), q and k normalised where ``qk_norm``."""
+        B, N, _ = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, N, d)
+        q, k, v = qkv.unbind(0)
+        return self.q_norm(q), self.k_norm(k), v
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs (B, heads, N, d) -> tokens (B, N, D) through ``proj``."""
+        B, _, N, _ = x.shape
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, -1)))  # (B, N, D)
 
 
 @contextmanager

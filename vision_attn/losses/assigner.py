@@ -62,11 +62,29 @@ class TaskAlignedAssigner(nn.Module):
         self.topk, self.alpha, self.beta, self.min_side, self.eps = topk, alpha, beta, min_side, eps
         self.topk2 = topk if topk2 is None else topk2
 
+    def candidates(self, points: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor,
+                   **extra: torch.Tensor) -> torch.Tensor:
+        """(B, M, A) bool: the anchor points (A, 2) inside each box (B, M, 4) xyxy, widened to ``min_side``."""
+        return anchors_in_boxes(points, gt_boxes, self.min_side)
+
+    def overlaps(self, gt_boxes: torch.Tensor, pred_boxes: torch.Tensor) -> torch.Tensor:
+        """The overlap of boxes and predictions (broadcast, (..., 4) xyxy): their CIoU."""
+        return ciou(gt_boxes, pred_boxes)
+
+    def pair_overlaps(self, candidates: torch.Tensor, gt_boxes: torch.Tensor, pred_boxes: torch.Tensor,
+                      **extra: torch.Tensor) -> torch.Tensor:
+        """(B, M, A): the overlap (>= 0) of each box (B, M, .) with each prediction (B, A, .), 0 where the
+        anchor is no candidate of the box."""
+        overlaps = self.overlaps(gt_boxes.unsqueeze(2), pred_boxes.unsqueeze(1)).clamp_(min=0)  # (B, M, A)
+        return torch.where(candidates, overlaps, 0.0)  # padding rows (zero boxes) give NaN: drop them
+
     @torch.no_grad()
     def forward(self, pred_scores: torch.Tensor, pred_boxes: torch.Tensor, points: torch.Tensor,
-                gt_labels: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor) -> Assignment:
+                gt_labels: torch.Tensor, gt_boxes: torch.Tensor, gt_mask: torch.Tensor,
+                **extra: torch.Tensor) -> Assignment:
         """Predicted probabilities (B, A, C), predicted boxes (B, A, 4) xyxy, anchor points (A, 2) (same units
-        as the boxes), padded ground truth: labels (B, M) int64, boxes (B, M, 4) xyxy, mask (B, M) bool."""
+        as the boxes), padded ground truth: labels (B, M) int64, boxes (B, M, 4) xyxy, mask (B, M) bool;
+        ``extra``: what a subclass's candidates and overlaps read (e.g. keypoints)."""
         b, a, c = pred_scores.shape
         m = gt_boxes.shape[1]
         if m == 0:
@@ -75,9 +93,8 @@ class TaskAlignedAssigner(nn.Module):
                               torch.zeros(b, a, dtype=torch.long, device=pred_scores.device))
         pred_scores, pred_boxes, gt_boxes = pred_scores.float(), pred_boxes.float(), gt_boxes.float()
         labels = gt_labels.clamp(0, c - 1)
-        candidates = anchors_in_boxes(points.float(), gt_boxes, self.min_side) & gt_mask.unsqueeze(-1)  # (B, M, A)
-        overlaps = ciou(gt_boxes.unsqueeze(2), pred_boxes.unsqueeze(1)).clamp_(min=0)  # (B, M, A)
-        overlaps = torch.where(candidates, overlaps, 0.0)  # padding rows (zero boxes) give NaN: drop them
+        candidates = self.candidates(points.float(), gt_boxes, gt_mask, **extra) & gt_mask.unsqueeze(-1)  # (B, M, A)
+        overlaps = self.pair_overlaps(candidates, gt_boxes, pred_boxes, **extra)  # (B, M, A)
         scores = pred_scores.transpose(1, 2).gather(1, labels.unsqueeze(-1).expand(b, m, a))  # (B, M, A)
         align = scores.pow(self.alpha) * overlaps.pow(self.beta) * candidates
 
@@ -95,7 +112,7 @@ class TaskAlignedAssigner(nn.Module):
         gt_index = positive.to(torch.uint8).argmax(1)  # (B, A)
 
         target_labels = labels.gather(1, gt_index)  # (B, A)
-        target_boxes = gt_boxes.gather(1, gt_index.unsqueeze(-1).expand(b, a, 4))  # (B, A, 4)
+        target_boxes = gt_boxes.gather(1, gt_index.unsqueeze(-1).expand(b, a, gt_boxes.shape[-1]))  # (B, A, 4)
         align = align * positive
         norm = align * (overlaps * positive).amax(-1, keepdim=True) / (align.amax(-1, keepdim=True) + self.eps)
         target_scores = F.one_hot(target_labels, c).float() * (norm.amax(1) * foreground).unsqueeze(-1)

@@ -59,19 +59,19 @@ class Assigned:
     input_size: tuple[float, float]
 
 
-def pad_targets(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], device: torch.device
+def pad_targets(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], device: torch.device, width: int = 4
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-image boxes (n_i, 4) and labels (n_i,) -> padded boxes (B, M, 4), labels (B, M), mask (B, M)
-    with M the largest n_i."""
+    """Per-image boxes (n_i, width) (4: xyxy; 5: a rotated box) and labels (n_i,) -> padded boxes
+    (B, M, width), labels (B, M), mask (B, M) with M the largest n_i."""
     b = len(boxes)
     m = max((len(x) for x in boxes), default=0)
-    out_boxes = torch.zeros(b, m, 4, device=device)
+    out_boxes = torch.zeros(b, m, width, device=device)
     out_labels = torch.zeros(b, m, dtype=torch.long, device=device)
     mask = torch.zeros(b, m, dtype=torch.bool, device=device)
     for i, (bx, lb) in enumerate(zip(boxes, labels)):  # one copy per image, not per box
         n = len(bx)
         if n:
-            out_boxes[i, :n] = bx.to(device=device, dtype=torch.float32).view(n, 4)
+            out_boxes[i, :n] = bx.to(device=device, dtype=torch.float32).view(n, width)
             out_labels[i, :n] = lb.to(device=device, dtype=torch.long).view(n)
             mask[i, :n] = True
     return out_boxes, out_labels, mask
@@ -102,32 +102,61 @@ class DetectionLoss(BatchLoss, nn.Module):
         self.assigner = TaskAlignedAssigner(topk=topk, topk2=topk2, alpha=alpha, beta=beta, min_side=min_side)
         self.register_buffer("bins", torch.arange(self.reg_max, dtype=torch.float32), persistent=False)
 
-    def assign(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
-               labels: Sequence[torch.Tensor]) -> Assigned:
-        """Decode the raw maps and assign their anchors to the ground truth (what every term reads)."""
+    def flatten(self, feats: Sequence[torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The raw maps -> flat maps (B, 4*reg_max + nc, A), class logits (B, A, nc), distance logits
+        (B, A, 4, reg_max), distances (B, A, 4) in grid units, anchor points (A, 2) and strides (A, 1)."""
         head = self.head[0]
         b = feats[0].shape[0]
-        if len(boxes) != b or len(labels) != b:
-            raise DataError(f"the loss got {b} images but {len(boxes)} box lists and {len(labels)} label lists")
         flat = torch.cat([f.reshape(b, self.reg_max * 4 + self.nc, -1) for f in feats], 2).float()
         pred_dist, pred_logits = flat.transpose(1, 2).split((4 * self.reg_max, self.nc), 2)  # (B, A, .)
         points, strides = make_anchors(feats, head.stride)  # grid units (A, 2), (A, 1)
         points, strides = points.float(), strides.float()
-        a = points.shape[0]
-        dist_logits = pred_dist.reshape(b, a, 4, self.reg_max)
+        dist_logits = pred_dist.reshape(b, points.shape[0], 4, self.reg_max)
         dist = dist_logits.softmax(-1) @ self.bins.to(flat.device) if self.reg_max > 1 else pred_dist
-        pred_boxes = dist_to_box(dist, points)  # grid units
+        return flat, pred_logits, dist_logits, dist, points, strides
 
-        gt_boxes, gt_labels, gt_mask = pad_targets(boxes, labels, flat.device)
-        if len(labels) and gt_mask.any() and int(gt_labels[gt_mask].max()) >= self.nc:
+    def check_targets(self, b: int, boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> None:
+        if len(boxes) != b or len(labels) != b:
+            raise DataError(f"the loss got {b} images but {len(boxes)} box lists and {len(labels)} label lists")
+
+    def check_labels(self, gt_labels: torch.Tensor, gt_mask: torch.Tensor) -> None:
+        if gt_mask.any() and int(gt_labels[gt_mask].max()) >= self.nc:
             bad = int(gt_labels[gt_mask].max())
             raise DataError(f"a target has class index {bad} but the detector has {self.nc} classes; check the "
                             f"data's names against the model's num_classes")
+
+    def assign(self, feats: Sequence[torch.Tensor], boxes: Sequence[torch.Tensor],
+               labels: Sequence[torch.Tensor], **extra: torch.Tensor) -> Assigned:
+        """Decode the raw maps and assign their anchors to the ground truth (what every term reads);
+        ``extra`` goes to the assigner."""
+        self.check_targets(feats[0].shape[0], boxes, labels)
+        flat, pred_logits, dist_logits, dist, points, strides = self.flatten(feats)
+        pred_boxes = dist_to_box(dist, points)  # grid units
+        gt_boxes, gt_labels, gt_mask = pad_targets(boxes, labels, flat.device)
+        self.check_labels(gt_labels, gt_mask)
         targets = self.assigner(pred_logits.detach().sigmoid(), pred_boxes.detach() * strides, points * strides,
-                                gt_labels, gt_boxes, gt_mask)
-        h, w = (s * float(head.stride[0]) for s in feats[0].shape[-2:])
+                                gt_labels, gt_boxes, gt_mask, **extra)
         return Assigned(flat, pred_logits, dist_logits, dist, pred_boxes, points, strides, targets,
-                        targets.scores.sum().clamp(min=1), (h, w))
+                        targets.scores.sum().clamp(min=1), self.input_size(feats))
+
+    def input_size(self, feats: Sequence[torch.Tensor]) -> tuple[float, float]:
+        """The network input's (H, W) in pixels, from the finest map."""
+        h, w = (s * float(self.head[0].stride[0]) for s in feats[0].shape[-2:])
+        return h, w
+
+    def grid_boxes(self, boxes: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
+        """Target boxes (B, A, 4) in pixels -> grid units."""
+        return boxes / strides
+
+    def box_overlap(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The overlap the box term maximises, of matching boxes: CIoU."""
+        return ciou(pred, target)
+
+    def target_distances(self, points: torch.Tensor, boxes: torch.Tensor, max_dist: float | None = None
+                         ) -> torch.Tensor:
+        """The distances from the anchor points to the sides of the target boxes (grid units)."""
+        return box_to_dist(points, boxes, max_dist)
 
     def detection_terms(self, a: Assigned) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The (box, cls, dfl) terms, each normalised by the sum of the class targets, unweighted."""
@@ -136,15 +165,15 @@ class DetectionLoss(BatchLoss, nn.Module):
         fg = targets.foreground
         if bool(fg.any()):
             weight = targets.scores.sum(-1)[fg]  # (P,)
-            target_boxes = targets.boxes / a.strides  # grid units
-            box = ((1 - ciou(a.pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
+            target_boxes = self.grid_boxes(targets.boxes, a.strides)
+            box = ((1 - self.box_overlap(a.pred_boxes[fg], target_boxes[fg])) * weight).sum() / score_sum
             if self.reg_max > 1:
-                target_dist = box_to_dist(a.points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
+                target_dist = self.target_distances(a.points, target_boxes, self.reg_max - 1)[fg]  # (P, 4)
                 dfl = (distribution_focal_loss(a.dist_logits[fg], target_dist) * weight).sum() / score_sum
             else:  # L1 on the distances in pixels over the input's (W, H, W, H)
                 h, w = a.input_size
                 scale = a.strides / a.flat.new_tensor([w, h, w, h])  # (A, 4)
-                target_dist = box_to_dist(a.points, target_boxes) * scale
+                target_dist = self.target_distances(a.points, target_boxes) * scale
                 l1 = (a.dist * scale - target_dist).abs()[fg].mean(-1)
                 dfl = (l1 * weight).sum() / score_sum
         else:  # no object in the batch: the box terms are 0 but keep the graph

@@ -26,6 +26,7 @@ from vision_attn.layers import (
     BLOCKS,
     Attention,
     AttentionPoolLatent,
+    Block,
     LayerNorm6,
     Mlp,
     PatchEmbed,
@@ -40,6 +41,7 @@ from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
+from vision_attn.layers.token_merging import MergingBlock, TokenSizes
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
@@ -83,6 +85,10 @@ class VisionTransformer(TimmContract, nn.Module):
     returns both logits ``(cls, dist)``, at evaluation their mean. ``mask_token=True`` adds DINOv2's
     learned mask token (1, D): ``forward_features(x, masks)`` puts it in place of the patch tokens
     that the boolean ``masks`` (B, h*w) select, and official DINOv2 files keep theirs.
+    ``token_merging=r`` (ToMe, :mod:`~vision_attn.layers.token_merging`): each block merges its ``r``
+    most similar pairs of patch tokens after attention (prefix tokens never), attention weighs merged
+    tokens by size, and so does the average pool; ``0`` is the plain model. The parameters, and so
+    the checkpoints, are the plain model's.
 
     timm's model interface (:class:`~vision_attn.models.contract.TimmContract`): one feature level per
     block (``feature_info``: ``embed_dim`` channels at the patch stride, module ``blocks.i``), maps as
@@ -137,6 +143,7 @@ class VisionTransformer(TimmContract, nn.Module):
         pre_norm: bool = False,
         patch_bias: bool | None = None,
         head_bias: bool = True,
+        token_merging: int = 0,
     ) -> None:
         super().__init__()
         check_pos_embed_kind(pos_embed)
@@ -168,6 +175,14 @@ class VisionTransformer(TimmContract, nn.Module):
         block_fn = BLOCKS.get(block) if isinstance(block, str) else block
         if block_fn is None:
             raise ConfigError(f"block={block!r}: choose one of {sorted(BLOCKS)} or pass a block class")
+        num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
+        self.token_sizes = TokenSizes() if token_merging else None
+        if token_merging:
+            if token_merging < 0 or block_fn is not Block or attn_class is not Attention or pos_embed in ("rope", "rope_dinov3", "learn_rope"):
+                raise ConfigError(f"token_merging={token_merging!r}: merges tokens of the pre-norm block with the standard "
+                                  f"attention and an absolute or no position embedding; give r >= 0 with block='pre', "
+                                  f"the default attention and pos_embed 'learn', 'sincos2d' or 'none'")
+            block_fn = functools.partial(MergingBlock, r=token_merging, protected=num_prefix_tokens, sizes=self.token_sizes)
 
         self.num_classes = num_classes
         self.num_features = self.embed_dim = embed_dim
@@ -175,7 +190,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.pos_embed_kind = pos_embed
         self.distilled = distilled
         self.distilled_training = distilled
-        self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
+        self.num_prefix_tokens = num_prefix_tokens
         self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
         self.no_embed_class = no_embed_class or pos_embed not in ("learn", "learn_rope")
@@ -322,6 +337,8 @@ class VisionTransformer(TimmContract, nn.Module):
     def forward_features(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D); ``masks`` (B, h*w), boolean,
         replaces those patch tokens by the mask token (``mask_token=True``)."""
+        if self.token_sizes is not None:
+            self.token_sizes.reset()
         x, grid = self._embed(x, masks)
         return self.norm(run_blocks(self, self.blocks, x, rope=self._rope(grid, x)))
 
@@ -333,6 +350,9 @@ class VisionTransformer(TimmContract, nn.Module):
         if self.global_pool == "map":
             return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
         if self.global_pool == "avg":
+            size = self.token_sizes.size if self.token_sizes is not None else None
+            if size is not None:  # merged tokens: each weighs the patches it stands for
+                return (x * size)[:, self.num_prefix_tokens:].sum(dim=1) / size[:, self.num_prefix_tokens:].sum(dim=1)
             return x[:, self.num_prefix_tokens:].mean(dim=1)
         return x[:, 0]
 
@@ -357,6 +377,9 @@ class VisionTransformer(TimmContract, nn.Module):
         return self.blocks
 
     def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        if self.token_sizes is not None:
+            raise ConfigError("token_merging changes the number of tokens block by block, so a block's tokens are no "
+                              "feature map: build the model without token_merging for features or intermediates")
         x, grid = self._embed(x)
         return x, (grid, self._rope(grid, x))
 

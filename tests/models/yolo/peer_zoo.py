@@ -16,6 +16,8 @@ ultralytics_tasks = import_ultralytics()
 PEER_MODELS = Path(ultralytics_tasks.__file__).resolve().parents[1] / "cfg" / "models"
 HEADS = ("Detect", "v10Detect")
 SEGMENT_HEADS = ("Segment", "Segment26")
+POSE_HEADS = ("Pose", "Pose26")
+OBB_HEADS = ("OBB", "OBB26")
 
 
 def peer_yaml(rel: str) -> Path:
@@ -25,7 +27,8 @@ def peer_yaml(rel: str) -> Path:
 
 def detection_pairs(heads: tuple[str, ...] = HEADS) -> list[tuple[str, str | None]]:
     """(path under cfg/models, scale) for every YAML whose last row is one of ``heads`` (default: a Detect
-    or v10Detect head; :data:`SEGMENT_HEADS` for the -seg YAMLs) and every scale it defines (None for a
+    or v10Detect head; :data:`SEGMENT_HEADS` for the -seg YAMLs, :data:`POSE_HEADS` and :data:`OBB_HEADS`
+    for the -pose and -obb ones) and every scale it defines (None for a
     file without ``scales``)."""
     pairs = []
     for f in sorted(PEER_MODELS.rglob("*.yaml")):

@@ -3,7 +3,8 @@
 Rules (those of ultralytics, so its YAMLs build the same networks): repeats become
 ``max(round(n * depth), 1)`` when n > 1; a conv-like module's output channels become
 ``ceil(min(c, max_channels) * width / 8) * 8``; Concat sums its inputs' channels; Detect receives its
-inputs' channels (a Segment head also its prototype width ``npr``, scaled like a channel count);
+inputs' channels (a Segment head also its prototype width ``npr``, scaled like a channel count; a Pose
+head the YAML's or the data's ``kpt_shape``; an OBB head its angle outputs ``ne``);
 attention rows take the channels of their input (with ``{zero_init: true}`` in their arguments they start
 as the exact identity: a block that takes ``zero_init`` itself does it, any other is
 wrapped in :class:`~vision_attn.layers.plugins.IdentityBlend`, keys ``model.N.block.*`` and
@@ -30,7 +31,7 @@ from __future__ import annotations
 import inspect
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -44,6 +45,8 @@ from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
 from vision_attn.models.yolo.resnet_rows import resnet_layer_channels
 from vision_attn.models.yolo.rtdetr_decoder import RTDETRDecoder
 from vision_attn.models.yolo.schema import MAX_CHANNELS, MULTI_INPUT_KINDS, DetectorSpec, Row, parse_spec
+from vision_attn.models.yolo.obb import OBB
+from vision_attn.models.yolo.pose import Pose, check_kpt_shape
 from vision_attn.models.yolo.segment import Segment
 
 __all__ = ["DetectionModel", "LayerInfo", "build_detector", "build_from_spec", "make_divisible"]
@@ -95,7 +98,8 @@ class DetectionModel(nn.Module):
     @property
     def task(self) -> str:
         """What the last row predicts: ``"classify"`` (a :class:`Classify` head: logits (B, nc)),
-        ``"segment"`` (a :class:`Segment` head), ``"detect"`` (any other :class:`Detect` head),
+        ``"segment"`` (a :class:`Segment` head), ``"pose"`` (a :class:`Pose` head: boxes and keypoints),
+        ``"obb"`` (an :class:`OBB` head: rotated boxes), ``"detect"`` (any other :class:`Detect` head),
         ``"rtdetr"`` (an :class:`RTDETRDecoder` head: queries, not a Detect's dense maps), else
         ``"features"`` (rows without a head: the last row's map)."""
         head = self.model[-1]
@@ -105,6 +109,10 @@ class DetectionModel(nn.Module):
             return "rtdetr"
         if isinstance(head, Segment):
             return "segment"
+        if isinstance(head, Pose):
+            return "pose"
+        if isinstance(head, OBB):
+            return "obb"
         return "detect" if isinstance(head, Detect) else "features"
 
     def forward_rows(self, x: torch.Tensor, upto: int | None = None) -> list[Any]:
@@ -132,6 +140,8 @@ def _substitute(value: Any, spec: DetectorSpec) -> Any:
     if isinstance(value, str):
         if value == "nc":
             return spec.nc
+        if value == "kpt_shape" and spec.kpt_shape is not None:
+            return list(spec.kpt_shape)
         if value in ("None", "True", "False"):
             return {"None": None, "True": True, "False": False}[value]
     return value
@@ -234,6 +244,8 @@ def _head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, 
     segmentation head's row is ``[nc, nm, npr]`` (:func:`_segment_args`)."""
     if spec_m.segment:
         return _segment_args(row, args, ch_in, spec, legacy, label)
+    if spec_m.extra:
+        return _extra_head_args(row, args, ch_in, spec, spec_m.extra, legacy, label)
     if not args or not isinstance(args[0], int) or isinstance(args[0], bool) or len(args) > 2:
         raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes [nc], got {row.args!r}")
     if not spec_m.head_options:
@@ -262,6 +274,33 @@ def _segment_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpe
                           f"channels is too many (at most 256 / {MAX_CHANNELS}); check the row")
     npr = make_divisible(min(npr, spec.max_channels) * spec.width, 8)
     return [nc, nm, npr, spec.reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
+
+
+def _extra_head_args(row: Row, args: list[Any], ch_in: list[int], spec: DetectorSpec, extra: str, legacy: bool,
+                     label: str) -> tuple[list[Any], dict[str, Any]]:
+    """A keypoint head's ``[nc, kpt_shape]`` (default: the YAML's ``kpt_shape``) or an oriented-box head's
+    ``[nc, ne]`` (default 1) -> ``[nc, kpt_shape | ne, reg_max, [input channels]]``, reg_max and end2end
+    from the YAML's top level, as ultralytics' parser passes them."""
+    nc = args[0] if args else None
+    if not isinstance(nc, int) or isinstance(nc, bool) or nc < 1 or len(args) > 2:
+        form = "[nc, kpt_shape] (e.g. [nc, kpt_shape] with 'kpt_shape: [17, 3]' at the top)" \
+            if extra == "keypoints" else "[nc, ne] (classes, angle outputs), e.g. [nc, 1]"
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} takes {form}; got {row.args!r}")
+    if extra == "keypoints":
+        shape = args[1] if len(args) > 1 else spec.kpt_shape
+        if shape is None or shape == "kpt_shape":
+            raise ConfigError(f"{label}: row {row.index} field 'args': {row.module} needs the keypoint shape; add "
+                              "'kpt_shape: [17, 3]' (keypoints, dims) at the top of the YAML or give the data's")
+        try:
+            value: Any = list(check_kpt_shape(shape))
+        except ConfigError as e:
+            raise ConfigError(f"{label}: row {row.index} field 'args': {e}") from None
+    else:
+        value = args[1] if len(args) > 1 else 1
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 8:
+            raise ConfigError(f"{label}: row {row.index} field 'args': {row.module}'s angle outputs ne={value!r} "
+                              "must be 1 to 8 (1 in the shipped YAMLs)")
+    return [nc, value, spec.reg_max, ch_in], {"legacy": legacy, "end2end": spec.end2end}
 
 
 def _classify_args(row: Row, args: list[Any], c1: int, last: bool, label: str) -> list[Any]:
@@ -500,12 +539,13 @@ def _probe_strides(model: DetectionModel, label: str) -> None:
 
 
 def build_detector(yaml: str | Path | Mapping[str, Any], *, scale: str | None = None,
-                   num_classes: int | None = None) -> DetectionModel:
+                   num_classes: int | None = None, kpt_shape: Sequence[int] | None = None) -> DetectionModel:
     """A detector from a YAML in the ultralytics schema (a path, YAML text or a dict).
 
     ``scale``: a letter of the file's ``scales`` (default: the letter in the file name, e.g.
-    ``yolov8n.yaml``, else the first); ``num_classes`` overrides ``nc``. Nothing in the YAML is run:
+    ``yolov8n.yaml``, else the first); ``num_classes`` overrides ``nc``, ``kpt_shape`` a keypoint head's
+    ``[keypoints, dims]`` (a keypoint data set's, as ultralytics' ``PoseModel(data_kpt_shape=...)``). Nothing in the YAML is run:
     it is read with ``yaml.safe_load`` and module names come from an allow-list. Build on the meta
     device (``with torch.device("meta"):``) to count parameters and FLOPs without memory.
     """
-    return build_from_spec(parse_spec(yaml, scale=scale, num_classes=num_classes))
+    return build_from_spec(parse_spec(yaml, scale=scale, num_classes=num_classes, kpt_shape=kpt_shape))

@@ -30,7 +30,7 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.models.yolo.conv import Conv, DWConv
 
-__all__ = ["DFL", "Detect", "V10Detect", "make_anchors"]
+__all__ = ["DFL", "Detect", "V10Detect", "make_anchors", "per_cell"]
 
 
 class DFL(nn.Module):
@@ -61,6 +61,12 @@ def make_anchors(feats: Sequence[torch.Tensor], strides: torch.Tensor, offset: f
         points.append(torch.stack((xx, yy), -1).view(-1, 2))
         stride_list.append(strides[i].to(device=f.device, dtype=f.dtype).expand(h * w, 1))
     return torch.cat(points), torch.cat(stride_list)
+
+
+def per_cell(branch: Sequence[nn.Module], xs: Sequence[torch.Tensor], channels: int) -> torch.Tensor:
+    """A per-level branch's ``channels`` outputs for every cell of every level, (B, channels, A)."""
+    b = xs[0].shape[0]
+    return torch.cat([h(x).view(b, channels, -1) for x, h in zip(xs, branch)], 2)
 
 
 class Detect(nn.Module):
@@ -123,8 +129,11 @@ class Detect(nn.Module):
             raise ConfigError("this Detect head has no one-to-one branch; build it with 'end2end: True'")
         return self._branch(xs, self.one2one_cv2, self.one2one_cv3)
 
-    def decode(self, feats: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Raw maps of either branch -> (B, 4 + nc, A): (cx, cy, w, h) in pixels, class probabilities."""
+    def distances(self, feats: Sequence[torch.Tensor]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Raw maps of either branch -> box side distances (B, 4, A) in grid units (left, top, right,
+        bottom; clamped at 0 for ``reg_max`` 1), class logits (B, nc, A), cell centres (1, 2, A) in grid
+        units and strides (1, 1, A)."""
         b = feats[0].shape[0]
         flat = torch.cat([f.view(b, self.no, -1) for f in feats], 2)
         box, cls = flat.split((4 * self.reg_max, self.nc), 1)
@@ -132,10 +141,14 @@ class Detect(nn.Module):
         dist = self.dfl(box)  # (B, 4, A) distances to the left, top, right and bottom sides
         if self.reg_max == 1:  # raw distances (no DFL expectation) can be negative early in training
             dist = dist.clamp(min=0)  # so that every box is a valid xyxy box, if a degenerate one
+        return dist, cls, anchors.T.unsqueeze(0), strides.T.unsqueeze(0)
+
+    def decode(self, feats: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Raw maps of either branch -> (B, 4 + nc, A): (cx, cy, w, h) in pixels, class probabilities."""
+        dist, cls, centre, strides = self.distances(feats)
         lt, rb = dist.chunk(2, 1)
-        centre = anchors.T.unsqueeze(0)
         x1y1, x2y2 = centre - lt, centre + rb
-        xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * strides.T.unsqueeze(0)
+        xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * strides
         return torch.cat((xywh, cls.sigmoid()), 1)
 
     def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor] | dict[str, list[torch.Tensor]] | torch.Tensor:

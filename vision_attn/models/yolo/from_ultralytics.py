@@ -4,7 +4,9 @@ state-dict keys, so the weights load strictly; only a class-count change re-init
 layer of each class branch (the head's ``cv3.*.2``; of a YOLO26 segmentation head also its semantic
 branch's ``proto.semseg.2``), and :func:`detector_from_ultralytics` says so. A ``-seg.pt``
 (``SegmentationModel``) gives a segmentation model (:class:`~vision_attn.models.yolo.segment.Segment`
-head) the same way."""
+head) the same way, a ``-pose.pt`` (``PoseModel``, its ``kpt_shape`` in the YAML dict) a keypoint model
+(:class:`~vision_attn.models.yolo.pose.Pose`) and an ``-obb.pt`` (``OBBModel``) an oriented-box one
+(:class:`~vision_attn.models.yolo.obb.OBB`)."""
 from __future__ import annotations
 
 import os

@@ -11,7 +11,10 @@ these classes. Kinds:
   ``end2end`` (``head_options``), or only ``[nc, [input channels]]`` (a head that fixes them). A
   segmentation head (``segment``) takes the row's ``[nc, nm, npr]`` (mask coefficients, prototype
   channels; ``npr`` scaled by width and capped like a channel count) and receives
-  ``[nc, nm, npr, reg_max, [input channels]]`` and the same keywords.
+  ``[nc, nm, npr, reg_max, [input channels]]`` and the same keywords. A keypoint head (``extra``
+  ``"keypoints"``) takes ``[nc, kpt_shape]`` (``kpt_shape`` the YAML's top-level ``[K, D]``, or the data's)
+  and receives ``[nc, (K, D), reg_max, [input channels]]``; an oriented-box head (``extra`` ``"angle"``)
+  takes ``[nc, ne]`` (``ne`` angle outputs, 1) and receives ``[nc, ne, reg_max, [input channels]]``.
 - ``attention``: a plug-in block built for the input's channels; the row needs no channel arguments
   (``[-1, 1, CBAM, []]``); output channels = input channels.
 - ``plain``: arguments passed unchanged, output channels = input channels (``nn.Upsample``,
@@ -54,6 +57,8 @@ from vision_attn.models.yolo.ghost import C3Ghost, GhostBottleneck, GhostConv
 from vision_attn.models.yolo.hgnet import HGBlock, HGStem
 from vision_attn.models.yolo.psa import C2PSA, PSA
 from vision_attn.models.yolo.resnet_rows import ResNetLayer
+from vision_attn.models.yolo.obb import OBB, OBB26
+from vision_attn.models.yolo.pose import Pose, Pose26
 from vision_attn.models.yolo.rtdetr import AIFI, RepC3
 from vision_attn.models.yolo.rtdetr_decoder import RTDETRDecoder
 from vision_attn.models.yolo.torchvision_row import TorchVision
@@ -75,6 +80,7 @@ class ModuleSpec:
     repeat: bool = False  # the row's repeats go into the module (third argument)
     head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
     segment: bool = False  # a detect row of a segmentation head: args [nc, nm, npr]
+    extra: str = ""  # a detect row of a keypoint ("keypoints": [nc, kpt_shape]) or oriented-box head ("angle": [nc, ne])
 
 
 MODULES: dict[str, ModuleSpec] = {
@@ -112,6 +118,10 @@ MODULES: dict[str, ModuleSpec] = {
     "TorchVision": ModuleSpec(TorchVision, "torchvision"),
     "Segment": ModuleSpec(Segment, "detect", segment=True),
     "Segment26": ModuleSpec(Segment26, "detect", segment=True),
+    "Pose": ModuleSpec(Pose, "detect", extra="keypoints"),
+    "Pose26": ModuleSpec(Pose26, "detect", extra="keypoints"),
+    "OBB": ModuleSpec(OBB, "detect", extra="angle"),
+    "OBB26": ModuleSpec(OBB26, "detect", extra="angle"),
     # RT-DETR: PP-HGNetV2 backbone rows, the AIFI encoder layer, RepC3, the decoder head
     "HGStem": ModuleSpec(HGStem, "hgnet"),
     "HGBlock": ModuleSpec(HGBlock, "hgnet", repeat=True),

@@ -10,13 +10,14 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from vision_attn.errors import ConfigError
 from vision_attn.io.resources import resolve_path, without_scale
 from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml_text
 from vision_attn.io.yaml import load_yaml as read_yaml_document
 from vision_attn.models.yolo.modules import ACTIVATIONS, MODULES
+from vision_attn.models.yolo.pose import check_kpt_shape
 
 __all__ = ["Row", "DetectorSpec", "load_yaml", "parse_spec", "scale_from_name", "TOP_LEVEL_KEYS"]
 
@@ -24,7 +25,7 @@ TOP_LEVEL_KEYS = ("nc", "scales", "depth_multiple", "width_multiple", "max_chann
                   "head", "ch", "channels", "reg_max", "end2end", "scale", "yaml_file", "kpt_shape")
 """Keys a YAML may have; others are refused (with suggestions), so that a typo cannot pass unnoticed."""
 
-NAMES = ("nc",)
+NAMES = ("nc", "kpt_shape")
 
 MULTI_INPUT_KINDS = ("concat", "fuse", "detect", "rtdetr")
 """Module kinds whose row takes a list of inputs."""
@@ -62,6 +63,7 @@ class DetectorSpec:
     raw: dict[str, Any]
     reg_max: int = 16
     end2end: bool = False
+    kpt_shape: tuple[int, int] | None = None
 
 
 def scale_from_name(name: str) -> str | None:
@@ -205,8 +207,9 @@ def _check_row(row: Any, index: int, section: str, label: str) -> Row:
 
 
 def parse_spec(source: str | Path | Mapping[str, Any], *, scale: str | None = None,
-               num_classes: int | None = None) -> DetectorSpec:
-    """Load (safely) and check a detector YAML; ``scale`` and ``num_classes`` override the file."""
+               num_classes: int | None = None, kpt_shape: Sequence[int] | None = None) -> DetectorSpec:
+    """Load (safely) and check a detector YAML; ``scale``, ``num_classes`` and ``kpt_shape`` (a keypoint
+    head's [keypoints, dims], e.g. the data set's) override the file."""
     data, label = load_yaml(source)
     unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
     if unknown:
@@ -242,4 +245,9 @@ def parse_spec(source: str | Path | Mapping[str, Any], *, scale: str | None = No
     if end2end and not any(MODULES[r.module].kind == "detect" for r in rows):
         raise _fail(label, "field 'end2end'", "true, but no row is a detection head with a one-to-one branch; end "
                                               "the rows with [[P3, P4, P5], 1, Detect, [nc]] or remove 'end2end'")
-    return DetectorSpec(rows, nc, depth, width, cap, chosen, activation, label, data, reg_max, end2end)
+    keypoints = kpt_shape if kpt_shape is not None else data.get("kpt_shape")
+    try:
+        shape = check_kpt_shape(keypoints) if keypoints is not None else None
+    except ConfigError as e:
+        raise _fail(label, "field 'kpt_shape'", str(e)) from None
+    return DetectorSpec(rows, nc, depth, width, cap, chosen, activation, label, data, reg_max, end2end, shape)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.models.yolo.conv import Conv
-from vision_attn.models.yolo.detect import Detect
+from vision_attn.models.yolo.detect import Detect, per_cell
 
 __all__ = ["Proto", "Proto26", "Segment", "Segment26"]
 
@@ -111,9 +111,7 @@ class Segment(Detect):
 
     def coefficients(self, xs: Sequence[torch.Tensor], one2one: bool = False) -> torch.Tensor:
         """Mask coefficients of every cell of every level, (B, nm, A), of either branch."""
-        heads = self.one2one_cv4 if one2one else self.cv4
-        b = xs[0].shape[0]
-        return torch.cat([h(x).view(b, self.nm, -1) for x, h in zip(xs, heads)], 2)
+        return per_cell(self.one2one_cv4 if one2one else self.cv4, xs, self.nm)
 
     def mask_outputs(self, xs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """``{"protos": (B, nm, Hp, Wp)}`` from the levels (:class:`Segment26` adds its semantic logits

@@ -82,6 +82,10 @@ class DetectionDataModule(ResumableDataModule):
     # ---------------------------------------------------------------- data
     masks = False
     """Whether items carry instance masks (the segmentation task's data module sets it)."""
+    keypoints = False
+    """Whether items carry keypoints (the pose task's data module sets it)."""
+    obb = False
+    """Whether items carry oriented boxes (the OBB task's data module sets it)."""
 
     def mask_options(self) -> dict[str, Any]:
         """The transform's mask arguments (none for detection)."""
@@ -92,9 +96,10 @@ class DetectionDataModule(ResumableDataModule):
         transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
                                        scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
                                        shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
-                                       seed=hp.seed if train else None, **self.mask_options())
+                                       seed=hp.seed if train else None, keypoints=self.keypoints, obb=self.obb,
+                                       **self.mask_options())
         dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=faults,
-                                 masks=self.masks)
+                                 masks=self.masks, keypoints=self.keypoints, obb=self.obb)
         threads = max(1, os.cpu_count() or 1)
         if faults.mode == "skip":  # decoded once now, so that no bad image reaches training
             dataset.verify(threads=threads)
