@@ -178,7 +178,8 @@ class VisionTransformer(TimmContract, nn.Module):
         num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
         self.token_sizes = TokenSizes() if token_merging else None
         if token_merging:
-            if token_merging < 0 or block_fn is not Block or attn_class is not Attention or pos_embed in ("rope", "rope_dinov3", "learn_rope"):
+            rotary = pos_embed in ("rope", "rope_dinov3", "learn_rope")
+            if token_merging < 0 or block_fn is not Block or attn_class is not Attention or rotary:
                 raise ConfigError(f"token_merging={token_merging!r}: merges tokens of the pre-norm block with the standard "
                                   f"attention and an absolute or no position embedding; give r >= 0 with block='pre', "
                                   f"the default attention and pos_embed 'learn', 'sincos2d' or 'none'")
