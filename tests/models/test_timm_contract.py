@@ -14,6 +14,7 @@ from torchvision.models.feature_extraction import create_feature_extractor, get_
 import vision_attn
 from vision_attn import ConfigError
 from vision_attn.models.features import FeatureModule
+from vision_attn.models.convnext import ConvNeXt
 from vision_attn.models.resnet import ResNet
 from vision_attn.models.swin import SwinTransformer
 from vision_attn.models.vit import VisionTransformer
@@ -268,5 +269,6 @@ def test_feature_norm_applies_the_final_norm():
 
 
 def test_the_families_cover_the_registry():
-    assert {family(n) for n in ALL_NAMES} >= {VisionTransformer, SwinTransformer, ResNet}
-    assert all(issubclass(family(n), (VisionTransformer, SwinTransformer, ResNet)) for n in ALL_NAMES)
+    families = (VisionTransformer, SwinTransformer, ResNet, ConvNeXt)
+    assert {family(n) for n in ALL_NAMES} >= set(families)
+    assert all(issubclass(family(n), families) for n in ALL_NAMES)

@@ -7,6 +7,9 @@
 - ``"sincos2d"``: fixed 2D sine-cosine (MoCo v3, big_vision), computed for the run-time grid; no
   parameters and nothing in the state dict.
 - ``"rope"``: 2D rotary embedding applied to queries and keys inside attention (:class:`Rope2D`).
+- ``"rope_dinov3"``: DINOv3's 2D rotary embedding (:class:`~vision_attn.layers.rope_dinov3.RopeDinov3`):
+  patch centres normalised to [-1, 1], periods ``temperature ** (i / n)``, and in training its
+  shift / jitter / rescale augmentation of the coordinates.
 - ``"learn_rope"``: a learned table and EVA-02's rotary embedding
   (:class:`~vision_attn.layers.eva_rope.RopeEva`, with :class:`~vision_attn.layers.eva_attention.EvaAttention`).
 - ``"none"``: no position information.
@@ -23,8 +26,8 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.layers.tables import Tables
 
-PosEmbedKind = Literal["learn", "sincos2d", "rope", "learn_rope", "none"]
-POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "learn_rope", "none")
+PosEmbedKind = Literal["learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none"]
+POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none")
 POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "transformers")
 """How a learned table is resampled to another grid: ``"timm"`` (antialiased bicubic) or
 ``"transformers"`` (bicubic without antialiasing, transformers' ``interpolate_pos_encoding``)."""

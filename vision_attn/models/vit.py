@@ -38,6 +38,7 @@ from vision_attn.layers import (
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva
 from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
 from vision_attn.layers.token_merging import MergingAttention, MergingBlock, TokenSizes
@@ -45,7 +46,8 @@ from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm",
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "dinov3_to_timm",
+           "openai_clip_to_timm",
            "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
@@ -60,8 +62,10 @@ class VisionTransformer(TimmContract, nn.Module):
     size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
-    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "learn_rope" | "none"``
-    (``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "rope_dinov3" | "learn_rope" | "none"``
+    (``"rope_dinov3"``: DINOv3's rotary embedding, periods ``rope_temperature ** (i / n)`` and, in
+    training only, its augmentation of the coordinates ``rope_shift``, ``rope_jitter``, ``rope_rescale``
+    (None: off); ``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
     ``rope_ref_grid``, default the patch grid; it needs ``attn_class=EvaAttention``); ``global_pool`` in
     ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
@@ -114,8 +118,12 @@ class VisionTransformer(TimmContract, nn.Module):
         distilled: bool = False,
         reg_tokens: int = 0,
         no_embed_class: bool = False,
-        pos_embed: Literal["learn", "sincos2d", "rope", "learn_rope", "none"] = "learn",
+        pos_embed: Literal["learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none"] = "learn",
         rope_ref_grid: int | tuple[int, int] | None = None,
+        rope_temperature: float = 100.0,
+        rope_shift: float | None = None,
+        rope_jitter: float | None = None,
+        rope_rescale: float | None = None,
         pos_embed_interp: Literal["timm", "transformers"] = "timm",
         pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
@@ -195,6 +203,8 @@ class VisionTransformer(TimmContract, nn.Module):
             if not issubclass(getattr(attn_class, "func", attn_class), EvaAttention):
                 raise ConfigError("pos_embed='learn_rope' rotates channels in pairs: it needs attn_class=EvaAttention")
             self.rope = RopeEva(embed_dim // num_heads, rope_ref_grid or self.patch_embed.grid_size)
+        elif pos_embed == "rope_dinov3":
+            self.rope = RopeDinov3(embed_dim // num_heads, rope_temperature, rope_shift, rope_jitter, rope_rescale)
         else:
             self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
@@ -419,7 +429,7 @@ class VisionTransformer(TimmContract, nn.Module):
         return None
 
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recognise a timm/vision_attn, torchvision, official DINOv2 or OpenAI CLIP / open_clip state
+        """Recognise a timm/vision_attn, torchvision, official DINOv2 or DINOv3, or OpenAI CLIP / open_clip state
         dict, map it to our keys and resample the position table to this model's grid."""
         if "conv_proj.weight" in state_dict:
             state_dict = torchvision_to_timm(state_dict)
@@ -428,6 +438,9 @@ class VisionTransformer(TimmContract, nn.Module):
             state_dict = openai_clip_to_timm(state_dict, head_bias=head_bias)
         elif _is_open_clip_trunk(state_dict):
             state_dict = open_clip_trunk_to_timm(state_dict)
+        elif "storage_tokens" in state_dict:  # official DINOv3 (before DINOv2's test: it has a mask token too)
+            q_bias = any(k.endswith("attn.q_bias") for k in self.state_dict())
+            state_dict = dinov3_to_timm(state_dict, q_bias=q_bias, keep_mask_token=self.mask_token is not None)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -557,6 +570,76 @@ def dinov2_to_timm(state_dict: dict[str, torch.Tensor], no_embed_class: bool = F
         pos = out["pos_embed"]
         out["cls_token"] = out["cls_token"] + pos[:, :1]
         out["pos_embed"] = pos[:, 1:]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Official DINOv3 layout (github.com/facebookresearch/dinov3, dinov3/models/vision_transformer.py; the
+# files dinov3_vit*16_pretrain_*.pth), for the DINOv3 names of models/dinov3.py, mapped key by key:
+#   cls_token, patch_embed.proj, norm, blocks.{i}.{norm1, attn.qkv.weight, attn.proj, norm2,
+#     mlp.fc1, mlp.fc2}                                   -> the same
+#   storage_tokens (1, R, D)                              -> reg_token
+#   blocks.{i}.ls1.gamma / ls2.gamma                      -> blocks.{i}.gamma_1 / gamma_2
+#   blocks.{i}.mlp.w1 / w2 / w3 (SwiGLU: gate, value, out) -> blocks.{i}.mlp.fc1_g / fc1_x / fc2
+#   blocks.{i}.attn.qkv.bias (3D,) times its bias_mask (the key third masked to zero, as the model
+#     computes it)                                        -> attn.q_bias, attn.v_bias (the _qkvb names); a
+#     model without them takes only an all-zero bias (the distilled B, L, H+ files)
+#   rope_embed.periods (recomputed here, as timm does), bias_mask, local_cls_norm (7B pre-training only)
+#                                                         -> dropped; mask_token -> kept where the model has one
+# Refused, naming the key: an untied class-token norm (cls_norm: untie_cls_and_patch_norms), a key bias
+# the mask does not zero, anything else unknown.
+_DINOV3_TOP = {"cls_token", "storage_tokens", "mask_token", "patch_embed.proj.weight", "patch_embed.proj.bias",
+               "norm.weight", "norm.bias", "rope_embed.periods", "local_cls_norm.weight", "local_cls_norm.bias"}
+_DINOV3_BLOCK = {"norm1.weight": "norm1.weight", "norm1.bias": "norm1.bias", "attn.qkv.weight": "attn.qkv.weight",
+                 "attn.proj.weight": "attn.proj.weight", "attn.proj.bias": "attn.proj.bias",
+                 "ls1.gamma": "gamma_1", "ls2.gamma": "gamma_2", "norm2.weight": "norm2.weight",
+                 "norm2.bias": "norm2.bias", "mlp.fc1.weight": "mlp.fc1.weight", "mlp.fc1.bias": "mlp.fc1.bias",
+                 "mlp.fc2.weight": "mlp.fc2.weight", "mlp.fc2.bias": "mlp.fc2.bias",
+                 "mlp.w1.weight": "mlp.fc1_g.weight", "mlp.w1.bias": "mlp.fc1_g.bias",
+                 "mlp.w2.weight": "mlp.fc1_x.weight", "mlp.w2.bias": "mlp.fc1_x.bias",
+                 "mlp.w3.weight": "mlp.fc2.weight", "mlp.w3.bias": "mlp.fc2.bias"}
+
+
+def dinov3_to_timm(state_dict: dict[str, torch.Tensor], q_bias: bool,
+                   keep_mask_token: bool = False) -> dict[str, torch.Tensor]:
+    """Map an official DINOv3 ViT state dict to timm's (and our) keys (see above); ``q_bias``: the
+    target has query and value biases (timm's ``_qkvb`` names)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        m = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+        if m is None:
+            if key == "cls_norm.weight" or key == "cls_norm.bias":
+                raise CheckpointError(f"DINOv3 checkpoint: key {key!r} is a class-token norm apart from the patch "
+                                      f"tokens' (DINOv3's untie_cls_and_patch_norms), an option vision_attn's DINOv3 "
+                                      f"ViT does not have")
+            if key not in _DINOV3_TOP:
+                raise CheckpointError(f"DINOv3 checkpoint: key {key!r} has no counterpart in vision_attn's DINOv3 ViT")
+            if key in ("cls_token", "patch_embed.proj.weight", "patch_embed.proj.bias", "norm.weight", "norm.bias"):
+                out[key] = value
+            elif key == "storage_tokens":
+                out["reg_token"] = value
+            elif key == "mask_token" and keep_mask_token:
+                out[key] = value.reshape(1, -1)
+            continue
+        block, rest = m.groups()
+        if rest == "attn.qkv.bias_mask":
+            continue
+        if rest == "attn.qkv.bias":
+            mask = state_dict.get(f"blocks.{block}.attn.qkv.bias_mask")
+            bias = value * mask if mask is not None else value
+            q, k, v = bias.chunk(3)
+            if torch.any(k != 0):
+                raise CheckpointError(f"DINOv3 checkpoint: {key} has a key bias (its middle third, not masked to "
+                                      f"zero), an option vision_attn's DINOv3 attention (timm's) does not have")
+            if q_bias:
+                out[f"blocks.{block}.attn.q_bias"], out[f"blocks.{block}.attn.v_bias"] = q, v
+            elif torch.any(bias != 0):
+                raise CheckpointError(f"DINOv3 checkpoint: {key} has query and value biases: load it into the "
+                                      f"name's _qkvb variant (e.g. vit_small_patch16_dinov3_qkvb)")
+            continue
+        if rest not in _DINOV3_BLOCK:
+            raise CheckpointError(f"DINOv3 checkpoint: key {key!r} has no counterpart in vision_attn's DINOv3 ViT")
+        out[f"blocks.{block}.{_DINOV3_BLOCK[rest]}"] = value
     return out
 
 

@@ -1,0 +1,50 @@
+"""A classifier head that pools, normalises, then classifies (ConvNeXt's; timm's ``NormMlpClassifierHead``
+without its optional hidden layer): keys ``norm`` and ``fc``."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vision_attn.errors import ConfigError
+from vision_attn.layers.convnext_block import LayerNorm2d
+
+__all__ = ["NormPoolHead"]
+
+
+class NormPoolHead(nn.Module):
+    """Map (B, C, H, W) -> logits (B, num_classes): the spatial mean (``global_pool="avg"``), a
+    LayerNorm over the channels ``norm``, dropout, a linear ``fc`` (none when ``num_classes`` is 0: the
+    pooled, normalised features). ``global_pool=""``: no pooling, the normalised map itself."""
+
+    def __init__(self, dim: int, num_classes: int, global_pool: str = "avg", norm_eps: float = 1e-6,
+                 drop_rate: float = 0.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.norm = LayerNorm2d(dim, eps=norm_eps)
+        self.drop = nn.Dropout(drop_rate)
+        self.global_pool = "avg"
+        self.fc: nn.Module = nn.Identity()
+        self.reset(num_classes, global_pool)
+
+    def reset(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh ``fc`` for ``num_classes`` (0: none); ``global_pool`` ``"avg"`` or ``""`` (None: kept)."""
+        if global_pool is not None:
+            if global_pool not in ("avg", ""):
+                raise ConfigError(f"global_pool={global_pool!r}: choose 'avg' or '' (no pooling)")
+            self.global_pool = global_pool
+        if num_classes > 0 and not self.global_pool:
+            raise ConfigError("a classifier needs pooled features; with global_pool='' give num_classes=0")
+        device = self.norm.weight.device if self.norm.weight is not None else None
+        self.fc = nn.Linear(self.dim, num_classes, device=device) if num_classes > 0 else nn.Identity()
+        if isinstance(self.fc, nn.Linear) and not self.fc.weight.is_meta:
+            nn.init.trunc_normal_(self.fc.weight, std=0.02)
+            nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        if self.global_pool:
+            x = x.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+        x = self.norm(x)
+        if self.global_pool:
+            x = x.flatten(1)  # (B, C)
+        x = self.drop(x)
+        return x if pre_logits else self.fc(x)
