@@ -115,7 +115,7 @@ def test_cli_vs_writes_one_figure_per_image_with_both_runs(runs, tmp_path, capsy
     (["cnn", "IMG", "--layer", "layer4"], "--layer layer4: the forward pass never calls it as one module (its parts "
                                           "are run one by one); name one of them: layer4.0, layer4.1"),
     (["cnn", "IMG", "BAD"], "image BAD: cannot be decoded (not an image"),
-    (["cnn", "IMG", "--vs", "det"], "--vs DET: a det run beside a cls run"),
+    (["cnn", "IMG", "--vs", "det"], "--vs DET/best.ckpt: a det run beside a cls run"),
 ])
 def test_bad_input_is_one_line_exit_2_and_the_old_output_is_kept(runs, tmp_path, capsys, args, message):
     bad = str(runs["images"][0].parent / "bad.png")

@@ -8,9 +8,10 @@ run gets the first run's targets (the same class; for a box, its own anchor that
 """
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +29,10 @@ from vision_attn.tasks import TASKS, load_run
 from vision_attn.tasks.runs import Run
 from vision_attn.tasks.task import Explain, ExplainTarget
 
-__all__ = ["explain", "explain_image", "check_method"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["explain", "explained_figures", "explain_image", "check_method"]
 
 
 def check_method(run: Run, method: str, layer: str | None) -> Explain:
@@ -114,6 +118,26 @@ def _read(images: Sequence[str | os.PathLike]) -> list[tuple[Path, np.ndarray]]:
     return out
 
 
+def explained_figures(runs: Sequence[Run], images: Sequence[str | os.PathLike], *, method: str = "gradcam",
+                      layer: str | None = None, top_k: int = 3
+                      ) -> Iterator[tuple[Path, Figure, list[TargetLayers | None], list[dict[str, Any]]]]:
+    """For each image (all read first: an unreadable one is a DataError before any map), its path, its
+    figure (a column per run of ``runs``, one task, on the first run's targets), the layers read and per
+    target its label, box and map peaks. The runs' task must serve ``method``."""
+    if len({r.task for r in runs}) > 1:
+        raise ConfigError(f"--vs {runs[1].path}: a {runs[1].task} run beside a {runs[0].task} run; compare runs of "
+                          "one task")
+    record = check_method(runs[0], method, layer)
+    for other in runs[1:]:
+        check_method(other, method, layer)
+    read = _read(images)
+    layers = [None if method == "rollout" else target_layers(r.model, record.to_input(r, read[0][1]), layer)
+              for r in runs]
+    for path, image in read:
+        rows, found = explain_image(runs, record, image, method, layers, top_k)
+        yield path, explain_figure(f"{method}: {path.name}", rows), layers, found
+
+
 def explain(run: str | os.PathLike, images: Sequence[str | os.PathLike], output: str | os.PathLike, *,
             vs: str | os.PathLike | None = None, method: str = "gradcam", layer: str | None = None,
             top_k: int = 3) -> list[dict[str, Any]]:
@@ -123,23 +147,16 @@ def explain(run: str | os.PathLike, images: Sequence[str | os.PathLike], output:
     top classes, a detector's best detections (gradient methods); ``layer``: a module name, else the
     family's default."""
     runs = [load_run(run)] + ([load_run(vs)] if vs is not None else [])
-    if len({r.task for r in runs}) > 1:
-        raise ConfigError(f"--vs {vs}: a {runs[1].task} run beside a {runs[0].task} run; compare runs of one task")
-    record = check_method(runs[0], method, layer)
-    for other in runs[1:]:
-        check_method(other, method, layer)
-    read = _read(images)
-    layers = [None if method == "rollout" else target_layers(r.model, record.to_input(r, read[0][1]), layer)
-              for r in runs]
+    figures = explained_figures(runs, images, method=method, layer=layer, top_k=top_k)
+    first = next(figures)  # every check done, every image read: nothing is written before
     results: list[dict[str, Any]] = []
 
     def write(tmp: Path) -> None:
         used: set[str] = set()
-        for path, image in read:
+        for path, fig, layers, found in itertools.chain([first], figures):
             name = path.stem if path.stem not in used else f"{path.stem}_{len(used)}"
             used.add(name)
-            rows, found = explain_image(runs, record, image, method, layers, top_k)
-            save_figure(explain_figure(f"{method}: {path.name}", rows), tmp / f"{name}.png", dpi=90)
+            save_figure(fig, tmp / f"{name}.png", dpi=90)
             results.append({"image": str(path), "figure": str(Path(output) / f"{name}.png"), "method": method,
                             "runs": [str(r.path) for r in runs],
                             "layers": [list(lay.names) if lay else ["rollout"] for lay in layers], "targets": found})
