@@ -37,9 +37,9 @@ def test_cnn_gradcam_is_pytorch_grad_cams_map_of_the_last_stage(runs):
     run = load_run(runs["cnn"])
     x = _input(run, runs["images"][0])
     layers = target_layers(run.model, x)
-    assert layers.names == ("layer4.1",)  # the stage's blocks run one by one: its last block
+    assert layers.names == ("layer3.1",)  # the deepest level of >= 4x4 cells (layer4: 3x3); its last block
     ours = cam_map("gradcam", run.model, x, layers, ClassifierOutputTarget(2))
-    with GradCAM(model=run.model, target_layers=[run.model.layer4[-1]]) as cam:
+    with GradCAM(model=run.model, target_layers=[run.model.layer3[-1]]) as cam:
         direct = cam(input_tensor=x, targets=[ClassifierOutputTarget(2)])[0]
     assert ours.shape == (96, 96) and ours.max() == pytest.approx(1.0, abs=1e-6)
     np.testing.assert_allclose(ours, direct, atol=1e-6, rtol=0)

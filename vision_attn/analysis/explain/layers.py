@@ -7,7 +7,8 @@ map (pytorch-grad-cam's ``reshape_transform``).
 - Swin (V1, V2): the last stage's output, NHWC (B, h, w, C) -> NCHW.
 - YOLO YAML networks (detectors, segmenters, YOLO classifiers): the rows the head reads (a detector's
   three levels; pytorch-grad-cam averages their maps at input size).
-- Other CNNs: the last block of the last feature level of timm's interface (``feature_info``).
+- Other CNNs: the last block of the deepest feature level of timm's interface (``feature_info``) whose map
+  is at least 4x4 on the input (the last level at 224 px; an earlier one on small images).
 
 ``--layer NAME`` names any module of ``model.named_modules()``; a name that is not there is a one-line
 error listing the candidates, closest first.
@@ -58,7 +59,12 @@ def _nhwc_to_nchw(t: torch.Tensor) -> torch.Tensor:
     return t.permute(0, 3, 1, 2)
 
 
-def _default_names(model: nn.Module) -> list[str]:
+MIN_SIDE = 4
+"""A CNN's default level is the deepest whose map has at least this many cells a side (a 32 px input
+reaches 1x1 at stride 32, where a map is one number)."""
+
+
+def _default_names(model: nn.Module, x: torch.Tensor) -> list[str]:
     if isinstance(model, VisionTransformer):
         return [f"blocks.{len(model.blocks) - 1}.norm1"]
     if isinstance(model, DetectionModel):
@@ -66,7 +72,9 @@ def _default_names(model: nn.Module) -> list[str]:
         return [f"model.{last - 1 if j == -1 else j}" for j in model.inputs[last]]
     info = getattr(model, "feature_info", None)
     if info:  # a stage's blocks may be run one by one, bypassing the stage's own call: its last block
-        name = info[-1]["module"]
+        side = min(x.shape[-2:])
+        fits = [level for level in info if side // int(level.get("reduction", 1)) >= MIN_SIDE]
+        name = (fits or info[:1])[-1]["module"]
         stage = model.get_submodule(name)
         return [f"{name}.{len(stage) - 1}" if isinstance(stage, nn.Sequential) and len(stage) else name]
     raise ConfigError(f"{type(model).__name__}: no default layer to read a map from; name one with --layer")
@@ -99,7 +107,7 @@ def target_layers(model: nn.Module, x: torch.Tensor, name: str | None = None) ->
     """The layers to read for ``model`` on the input ``x`` (``name``: one module by its dotted name,
     else the family's default) and the reshape of their outputs."""
     modules = dict(model.named_modules())
-    names = [name] if name else _default_names(model)
+    names = [name] if name else _default_names(model, x)
     for n in names:
         if n not in modules:
             found = ", ".join(closest_names(n, [m for m in modules if m]))
