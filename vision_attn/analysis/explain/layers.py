@@ -1,9 +1,10 @@
 """Which layer a class-activation map reads, per model family, and how its output becomes a (B, C, h, w)
 map (pytorch-grad-cam's ``reshape_transform``).
 
-- ViT/DeiT/EVA/CLIP towers: the last block's first norm (its output feeds the attention that forms the
-  class token; the last block's own output reaches the head through the class token alone, so its
-  patch tokens get no gradient); tokens (B, prefix + h*w, D) -> the patches (B, D, h, w).
+- ViT/DeiT/EVA/CLIP towers: with a class token read by the head, the last block's first norm (its output
+  feeds the attention that forms the class token; the last block's own output reaches the head through
+  the class token alone, so its patch tokens get no gradient); with average pooling, the last block;
+  tokens (B, prefix + h*w, D) -> the patches (B, D, h, w).
 - Swin (V1, V2): the last stage's output, NHWC (B, h, w, C) -> NCHW.
 - YOLO YAML networks (detectors, segmenters, YOLO classifiers): the rows the head reads (a detector's
   three levels; pytorch-grad-cam averages their maps at input size).
@@ -66,7 +67,8 @@ reaches 1x1 at stride 32, where a map is one number)."""
 
 def _default_names(model: nn.Module, x: torch.Tensor) -> list[str]:
     if isinstance(model, VisionTransformer):
-        return [f"blocks.{len(model.blocks) - 1}.norm1"]
+        last = f"blocks.{len(model.blocks) - 1}"
+        return [last if model.global_pool == "avg" else f"{last}.norm1"]
     if isinstance(model, DetectionModel):
         last = len(model.model) - 1
         return [f"model.{last - 1 if j == -1 else j}" for j in model.inputs[last]]
