@@ -26,6 +26,7 @@ def runs(tmp_path_factory):
             "cnn": classifier_run(tmp / "cnn", "resnet18", {}, img_size=96),
             "swin": classifier_run(tmp / "swin", "swin_tiny_patch4_window7_224", SWIN),
             "det": detector_run(tmp / "det", class_bias=2.0),
+            "seg": detector_run(tmp / "seg", yaml="yolov8n-seg.yaml", class_bias=2.0),
             "images": write_images(tmp / "images")}
 
 
@@ -93,6 +94,22 @@ def test_detector_eigencam_and_box_targets(runs):
     for t in targets:
         assert float(t(pred[0])) == pytest.approx(float(t.label.split()[-1]), abs=0.005)
         assert record.align(t, pred).score(pred[0]) == t.score(pred[0])  # the same run: the same anchor
+
+
+def test_segmenter_instances_are_targets_past_the_mask_coefficients(runs):
+    run = load_run(runs["seg"])
+    record = TASKS["seg"].explain
+    x = record.to_input(run, load_image(runs["images"][1]))
+    with torch.no_grad():
+        pred = record.output(run.model(x))  # (pred, protos) -> pred (1, 4 + 3 + 32, A)
+    assert pred.shape[1] == 4 + 3 + 32
+    targets = record.targets(run, pred, 2)
+    assert len(targets) == 2
+    for t in targets:
+        assert float(t(pred[0])) == pytest.approx(float(t.label.split()[-1]), abs=0.005) and t.index < 3
+    rows, found = explain_image([run], record, load_image(runs["images"][1]), "gradcam",
+                                [target_layers(run.model, x)], top_k=2)
+    assert len(rows) == 2 and rows[0][0].heat.shape == (64, 64) and found[0]["box"] == targets[0].box
 
 
 def test_cli_vs_writes_one_figure_per_image_with_both_runs(runs, tmp_path, capsys):
