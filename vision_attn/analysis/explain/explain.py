@@ -65,6 +65,11 @@ def _rollout(run: Run, x: torch.Tensor) -> np.ndarray:
     return heat / (heat.max() + 1e-7)
 
 
+def _unused(output: Any) -> Any:
+    """The target of a method that reads none (EigenCAM: the activations' first principal component)."""
+    return output.sum()
+
+
 def _peak(heat: np.ndarray) -> list[int]:
     y, x = np.unravel_index(int(np.argmax(heat)), heat.shape)
     return [int(x), int(y)]
@@ -81,8 +86,7 @@ def explain_image(runs: Sequence[Run], record: Explain, image: np.ndarray, metho
     pictures = [_display(run, x) for run, x in zip(runs, xs)]
     boxes = [t.box for t in targets if t.box is not None]
     if not uses_targets(method):  # one map per run, whatever the target; every box drawn
-        heats = [_rollout(run, x) if method == "rollout" else cam_map(method, run.model, x, lay, targets[0] if targets
-                                                                      else (lambda out: out.sum()), record.output)
+        heats = [_rollout(run, x) if method == "rollout" else cam_map(method, run.model, x, lay, _unused, record.output)
                  for run, x, lay in zip(runs, xs, layers)]
         row = [Panel(p, h, boxes, f"{run.label}\n{', '.join(t.label for t in targets) or method}")
                for run, p, h in zip(runs, pictures, heats)]
@@ -130,6 +134,8 @@ def explained_figures(runs: Sequence[Run], images: Sequence[str | os.PathLike], 
     record = check_method(runs[0], method, layer)
     for other in runs[1:]:
         check_method(other, method, layer)
+    if not images:
+        raise ConfigError("explain: give at least one image")
     read = _read(images)
     layers = [None if method == "rollout" else target_layers(r.model, record.to_input(r, read[0][1]), layer)
               for r in runs]
