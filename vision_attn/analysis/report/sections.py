@@ -5,6 +5,7 @@ import math
 from typing import Any, Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from vision_attn.analysis.compare import compare, compare_figure
 from vision_attn.analysis.report.embed import figure_uri, image_uri
@@ -91,6 +92,7 @@ def curves_section(runs: Sequence[RunSource]) -> str:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1, label=r.name)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     handles, labels = fig.axes[0].get_legend_handles_labels()
