@@ -47,20 +47,19 @@ def _chromium(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def check_page(page: str | Path, screenshot: str | Path | None = None, *, width: int = 1280, height: int = 2400,
                timeout: float = 120) -> PageCheck:
-    """Load ``page`` offline in headless Chromium: its images and console (``--dump-dom``), then, with
+    """Load ``page`` offline in headless Chromium once: its images and console (``--dump-dom``) and, with
     ``screenshot``, a PNG of the first ``width`` x ``height`` pixels."""
     url = Path(page).resolve().as_uri()
-    done = _chromium(["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom", url], timeout)
+    shot = None if screenshot is None else Path(screenshot).resolve()
+    extra = [] if shot is None else [f"--screenshot={shot}", f"--window-size={width},{height}"]
+    if shot is not None:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+    done = _chromium(["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", *extra, "--dump-dom", url],
+                     timeout)
     found = IMAGES.search(done.stdout)
     console = [m.group(1) for m in CONSOLE.finditer(done.stderr)]
-    shot = None
-    if screenshot is not None:
-        shot = Path(screenshot).resolve()
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        _chromium([f"--screenshot={shot}", f"--window-size={width},{height}", "--virtual-time-budget=10000", url],
-                  timeout)
-        if not shot.is_file():
-            raise RuntimeError(f"chromium wrote no screenshot of {page}")
+    if shot is not None and not shot.is_file():
+        raise RuntimeError(f"chromium wrote no screenshot of {page}")
     return PageCheck(int(found.group(1)) if found else None, int(found.group(2)) if found else None, console, shot)
 
 
