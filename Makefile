@@ -2,7 +2,8 @@
 # The virtual environment is created when missing and reinstalled only when pyproject.toml or
 # constraints.txt change (the stamp file records the last install). `make test` also installs the
 # test-only peers of requirements-test.txt (ultralytics, AGPL: never a dependency of vision_attn),
-# without their declared dependencies, again only when that file changes.
+# without their declared dependencies, again only when that file changes, and Chromium (the report's
+# browser test) where it is missing.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,9 @@ TEST_STAMP := $(VENV)/.installed-test
 export NO_ALBUMENTATIONS_UPDATE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test benchmark install clean
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: demo test benchmark install clean browser
 
 install: $(STAMP)
 
@@ -35,7 +38,13 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/vision-attn train cls --config demo_digits --overwrite
 
-test: $(STAMP) $(TEST_STAMP)
+# The report's test opens a page in headless Chromium (the Debian package): installed here where it is
+# missing and apt-get is there (CI runs as root); elsewhere the test fails saying how to install it.
+browser:
+	@test -x $(CHROMIUM) || ! command -v apt-get >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) $(TEST_STAMP) browser
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 -m "not benchmark"
 

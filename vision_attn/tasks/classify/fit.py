@@ -20,6 +20,7 @@ from vision_attn.tasks.classify.yolo import YOLO_MEAN, YOLO_STD
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
+from vision_attn.tasks.classify.explain import CLASSIFY_EXPLAIN
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_classifier", "CLASSIFY"]
@@ -120,4 +121,4 @@ CLASSIFY = Task(
     paths={"model.pretrained": (), "model.teacher": (), "data.root": ()},
     evaluate=run_api.evaluate, eval_listing=run_api.eval_listing, predict=run_api.predict,
     predict_video=run_api.predict_video, prediction=run_api.PREDICTION, export_kind="classifier", insertion="model",
-    headline=(("val_top1", "top-1"), ("val_top5", "top-5")))
+    headline=(("val_top1", "top-1"), ("val_top5", "top-5")), explain=CLASSIFY_EXPLAIN)
