@@ -1,7 +1,9 @@
 """Open an HTML file in headless Chromium (the Debian package, /usr/bin/chromium) offline, and say whether it
 worked as a reader's browser would show it: every image decoded, no console message, and a screenshot.
 
-    python tools/chromium_page.py runs/NAME/report.html [--screenshot docs/images/report.png]
+    python tools/bench.py report_page --page runs/NAME/report.html [--screenshot docs/images/report.png]
+
+(the suite tools/suites/report_page.py; the report's test calls :func:`check_page` itself).
 
 Offline: a fresh profile, no background networking, component updates, sync or QUIC, and every request
 sent to a proxy that does not exist (127.0.0.1:9), so a page that needs the network shows it as a
@@ -11,7 +13,6 @@ log (``--enable-logging=stderr``) carries every console message as an ``INFO:CON
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -61,25 +62,3 @@ def check_page(page: str | Path, screenshot: str | Path | None = None, *, width:
     if shot is not None and not shot.is_file():
         raise RuntimeError(f"chromium wrote no screenshot of {page}")
     return PageCheck(int(found.group(1)) if found else None, int(found.group(2)) if found else None, console, shot)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("page", help="an HTML file")
-    parser.add_argument("--screenshot", default=None, metavar="OUT.png")
-    parser.add_argument("--height", type=int, default=2400, help="screenshot height in pixels (2400)")
-    args = parser.parse_args(argv)
-    if shutil.which(CHROMIUM) is None:
-        print(f"error: {CHROMIUM} is missing; install it with `apt-get install -y chromium`", file=sys.stderr)
-        return 2
-    result = check_page(args.page, args.screenshot, height=args.height)
-    print(f"images loaded: {result.loaded}/{result.total}; console messages: {len(result.console)}")
-    for line in result.console:
-        print(f"  console: {line}")
-    if result.screenshot:
-        print(f"screenshot: {result.screenshot}")
-    return 0 if result.loaded is not None and result.loaded == result.total and not result.console else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
