@@ -1,0 +1,308 @@
+"""Quantization-aware training (QAT) of a trained run: NNCF's PyTorch flow, fine-tuned by the run's own
+task, exported to OpenVINO INT8 and onnxruntime QDQ.
+
+:func:`quantize_aware`:
+
+1. the run's network (its EMA weights, :func:`~vision_attn.export.source.load_deployable`) goes through
+   ``nncf.quantize``, which traces it and inserts FakeQuantize modules (int8 weights per channel,
+   int8 activations) at the inputs of every convolution, linear layer and matrix product, those of
+   attention (``scaled_dot_product_attention``'s query, key and value) included, with NNCF's
+   transformer scheme for a network with attention layers (softmax and layer norm stay in floating
+   point) and its ranges calibrated on the run's training images (as ``export quantize --static``);
+2. the fake-quantized network is fine-tuned by the task's own LightningModule and data module (the
+   record's ``module`` and ``datamodule`` built from the checkpoint's hyper-parameters, so its
+   ``training_step``, loss, augmentation and optimizer are the run's), for ``epochs`` (or ``steps``)
+   at ``lr_scale`` times the run's learning rate, without warm-up or EMA; the quantizers' ranges
+   train with the weights;
+3. the result is exported twice: OpenVINO IR with FakeQuantize nodes (``model.int8.xml``; OpenVINO
+   runs them as int8) and ONNX with QuantizeLinear/DequantizeLinear pairs (``model.qdq.onnx``, run by
+   onnxruntime), each checked against the fake-quantized PyTorch network
+   (:func:`~vision_attn.export.verify.verify_outputs`), into a folder written atomically (nothing is
+   left when a step fails).
+
+NNCF runs its fake quantization through a C++ extension that it compiles on first use (over 60 s on
+a loaded 2-core host, per user cache, and its own time-out aborts it there); its pure-PyTorch reference
+functions, which it falls back to when the compile fails, are selected here directly.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from vision_attn.data import eval_transforms
+from vision_attn.errors import ConfigError, ExportError
+from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
+from vision_attn.export.openvino import export_openvino, openvino_model, require_openvino, run_openvino
+from vision_attn.export.outputs import graph_outputs, one_or_tuple
+from vision_attn.export.quantize import _calibration, _require_nncf, folder_accuracy, is_transformer
+from vision_attn.export.source import Deployable, load_deployable
+from vision_attn.export.verify import verify_outputs
+from vision_attn.io.atomic import atomic_folder, write_json
+from vision_attn.io.state_dict import read_checkpoint, run_checkpoint_path
+from vision_attn.tasks.registry import get_task
+
+__all__ = ["QatReport", "quantize_aware", "fake_quantize", "QAT_FILES", "PARITY_SCALE"]
+
+QAT_FILES = {"openvino": "model.int8.xml", "onnxruntime": "model.qdq.onnx"}
+# int8 kernels round where the fake quantization rounds in float32: the INT8 model may differ from the
+# fake-quantized PyTorch one by about one quantization step at an output (measured: 2e-3 of logits up to
+# 0.4 on the test's ViT); the parity check allows 100x the FP32 export's tolerance
+PARITY_SCALE = 100.0
+
+
+@dataclass
+class QatReport:
+    """What :func:`quantize_aware` wrote and measured: the folder and its files, the fine-tune's
+    ``steps``, the largest difference of each export from the fake-quantized PyTorch network, and for a
+    classifier with labelled data, top-1 of the FP32 network and of each INT8 export on ``images``
+    val images."""
+
+    folder: Path
+    files: dict[str, Path]
+    steps: int
+    epochs: int
+    quantizers: int
+    parity: dict[str, float] = field(default_factory=dict)
+    top1: dict[str, float] = field(default_factory=dict)
+    images: int = 0
+
+
+def _reference_fake_quantize() -> None:
+    """NNCF's fake quantization through its pure-PyTorch reference functions (see the module docstring)."""
+    from nncf.torch.quantization.extensions import QuantizedFunctionsCPU
+    from nncf.torch.quantization.reference import ReferenceBackendType, ReferenceQuantize
+
+    ref = ReferenceQuantize(backend_type=ReferenceBackendType.TORCH)
+
+    class Functions:
+        Quantize_forward = staticmethod(ref.forward)
+        Quantize_backward = staticmethod(ref.backward)
+
+    QuantizedFunctionsCPU._loaded_namespace = Functions
+
+
+@contextlib.contextmanager
+def _innermost_layer(model: nn.Module) -> Iterator[list[str]]:
+    """The names of the layers being run (the innermost last), kept while the block runs: a failure
+    inside names the layer it happened in."""
+    stack: list[str] = []
+    names = {id(m): n for n, m in model.named_modules()}
+    failed: list[str] = []
+
+    def enter(m: nn.Module, _args: Any) -> None:
+        stack.append(names.get(id(m), type(m).__name__))
+
+    def leave(m: nn.Module, _args: Any, _out: Any) -> None:
+        if stack:
+            stack.pop()
+
+    handles = [m.register_forward_pre_hook(enter) for m in model.modules()]
+    handles += [m.register_forward_hook(leave) for m in model.modules()]
+    try:
+        yield failed
+    except BaseException:
+        if stack:
+            failed.append(stack[-1])
+        raise
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _layer_of(model: nn.Module, name: str) -> str:
+    layer = model.get_submodule(name) if name else model
+    return f"layer {name or '(root)'} ({type(layer).__name__})"
+
+
+def _quiet() -> contextlib.ExitStack:
+    """NNCF's progress bars (stdout) and its and PyTorch's tracing warnings silenced."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    return stack
+
+
+def fake_quantize(model: nn.Module, batches: list[torch.Tensor], *, label: str = "the model") -> nn.Module:
+    """``model`` (changed in place and returned) with NNCF's FakeQuantize modules, ranges calibrated on
+    ``batches``; a layer NNCF cannot trace or quantize is one ExportError line naming it."""
+    nncf = _require_nncf()
+    nncf.set_log_level(logging.ERROR)
+    _reference_fake_quantize()
+    model.eval()
+    options = {"subset_size": sum(len(b) for b in batches),
+               "model_type": nncf.ModelType.TRANSFORMER if is_transformer(model) else None}
+    try:
+        with _quiet(), _innermost_layer(model) as failed:
+            return nncf.quantize(model, nncf.Dataset(batches), **options)
+    except Exception as e:  # noqa: BLE001 - NNCF and the traced layers raise many types
+        where = _layer_of(model, failed[0]) if failed else "a layer"
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ExportError(f"{label}: NNCF cannot quantize {where}: {type(e).__name__}: {detail}; quantization-aware "
+                          "training needs every layer traceable by NNCF (use export quantize --static, or "
+                          "replace the layer)") from None
+
+
+def _quantizers(model: nn.Module) -> list[nn.Module]:
+    from nncf.torch.quantization.layers import BaseQuantizer
+
+    return [m for m in model.modules() if isinstance(m, BaseQuantizer)]
+
+
+def _set_export_mode(model: nn.Module, mode: str) -> None:
+    from nncf.torch.quantization.layers import QuantizerExportMode
+
+    for q in _quantizers(model):
+        q.set_export_mode(QuantizerExportMode(mode))
+
+
+def _data_key(task: Any) -> str:
+    """The data module's argument that names the data set (the record's ``data.*`` path)."""
+    keys = [k.split(".", 1)[1] for k in task.paths if k.startswith("data.")]
+    if len(keys) != 1:
+        raise ConfigError(f"task {task.name}: its record names no single data path (paths {sorted(task.paths)}); "
+                          "quantization-aware training needs it to find the training set")
+    return keys[0]
+
+
+def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, epochs: int, steps: int | None,
+              lr_scale: float, batch_size: int | None, say: Callable[[str], None]) -> int:
+    """Fine-tune ``network`` (the fake-quantized run network) with the run's task: its LightningModule
+    and data module rebuilt from the checkpoint's hyper-parameters; returns the optimizer steps taken."""
+    import pytorch_lightning as pl
+
+    file = run_checkpoint_path(run)
+    ckpt = read_checkpoint(file)
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    task = get_task(ckpt.get("task") or load_deployable(checkpoint=str(run)).task)
+    data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    key = _data_key(task)
+    if data is not None:
+        data_hp[key] = data
+    if data_hp.get(key) is None:
+        raise ConfigError(f"{file}: the run records no training data; give --data (the data set it was trained on)")
+    data_hp.update(num_workers=0, persistent_workers=False)
+    if batch_size is not None:
+        data_hp["batch_size"] = batch_size
+    hp.update(ema_decay=None, lr=float(hp.get("lr", 1e-3)) * lr_scale, warmup_epochs=0.0, pretrained=None)
+    hp = {k: v for k, v in hp.items() if k in _arguments(task.module)}
+    with _quiet():
+        module = task.module(**hp)
+        datamodule = task.datamodule(**{k: v for k, v in data_hp.items() if k in _arguments(task.datamodule)})
+    module.model = network
+    say(f"fine-tuning {sum(1 for _ in network.parameters())} tensors with {task.name}'s training step, "
+        f"{epochs} epoch(s){f', at most {steps} steps' if steps else ''}, lr {hp.get('lr', 0):.2g}")
+    for name in ("pytorch_lightning", "lightning.pytorch"):  # its notes on accelerators and loggers
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with _quiet():
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, max_steps=steps or -1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             limit_val_batches=0, num_sanity_val_steps=0)
+        trainer.fit(module, datamodule=datamodule)
+    network.eval()
+    return int(trainer.global_step)
+
+
+def _arguments(cls: type) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+
+
+def _exported(network: nn.Module, folder: Path, dep: Deployable) -> tuple[dict[str, Path], dict[str, float],
+                                                                         dict[str, Callable]]:
+    """The fake-quantized ``network`` as OpenVINO INT8 IR and onnxruntime QDQ in ``folder``, each
+    verified against it; (files, largest differences, runners)."""
+    outputs = graph_outputs(dep.model)
+    checked = Deployable(network, dep.kind, dep.input_size, dep.label, mean=dep.mean, std=dep.std)
+    files = {k: folder / v for k, v in QAT_FILES.items()}
+    with _quiet(), _innermost_layer(network) as failed:
+        try:
+            _set_export_mode(network, "fake_quantize")
+            export_openvino(network, files["openvino"], dep.input_size, dynamic_batch=True, exporter="torchscript",
+                            output_names=tuple(outputs))
+            _set_export_mode(network, "quantize_dequantize")
+            export_onnx(network, files["onnxruntime"], dep.input_size, dynamic_batch=True, exporter="torchscript",
+                        output_names=outputs)
+        except ConfigError as e:
+            where = f" ({_layer_of(network, failed[0])})" if failed else ""
+            raise ExportError(f"{dep.label}: the quantized network does not export{where}: {e}") from None
+        finally:
+            _set_export_mode(network, "fake_quantize")
+    compiled = openvino_model(files["openvino"], hint="f32")
+    session = onnx_session(files["onnxruntime"])
+    runners = {"openvino": lambda x: run_openvino(compiled, x), "onnxruntime": lambda x: one_or_tuple(run_onnx(session, x))}
+    parity = {}
+    for name, run in runners.items():
+        report = verify_outputs(run, files[name], f"{name} INT8", checked, batches=(1, 3), scale=PARITY_SCALE,
+                                factor=PARITY_SCALE)
+        parity[name] = max(report.max_diffs.values())
+    return files, parity, runners
+
+
+def quantize_aware(run: str | os.PathLike, output: str | os.PathLike, *, data: str | None = None, epochs: int = 1,
+                   steps: int | None = None, lr_scale: float = 0.1, calibration_images: int = 256,
+                   batch_size: int | None = None, say: Callable[[str], None] = lambda _: None) -> QatReport:
+    """Quantization-aware fine-tune of the trained run ``run`` into the folder ``output`` (see the module
+    docstring): ``model.int8.xml``/``.bin`` (OpenVINO), ``model.qdq.onnx`` (onnxruntime) and
+    ``qat.json`` (this report). ``data``: the training set (default: the run's own); ``epochs`` /
+    ``steps``: the fine-tune's length; ``lr_scale``: its learning rate as a fraction of the run's;
+    ``calibration_images``: for the initial ranges. A classifier with a val folder in ``data`` also
+    gets the top-1 of FP32 and both INT8 models."""
+    require_openvino()
+    _require_nncf()
+    if epochs < 1 or (steps is not None and steps < 1):
+        raise ConfigError(f"--epochs {epochs} / --steps {steps}: give at least one")
+    if not 0 < lr_scale <= 1:
+        raise ConfigError(f"--lr-scale {lr_scale}: give a fraction of the run's learning rate in (0, 1]")
+    dep = load_deployable(checkpoint=str(run))
+    file = run_checkpoint_path(run)
+    recorded = dict(read_checkpoint(file).get("datamodule_hyper_parameters") or {})
+    source = data or recorded.get(_data_key(get_task(dep.task)))
+    if source is None:
+        raise ConfigError(f"{file}: the run records no training data; give --data (the data set it was trained on)")
+    transform = dep.transform or eval_transforms(dep.input_size, mean=dep.mean, std=dep.std)
+    network = fake_quantize(_copy(dep.model), _calibration(dep, source, transform, calibration_images),
+                            label=dep.label)
+    quantizers = len(_quantizers(network))
+    say(f"{dep.label}: {quantizers} fake quantizers inserted by NNCF")
+    taken = _finetune(run, network, data, epochs=epochs, steps=steps, lr_scale=lr_scale, batch_size=batch_size,
+                      say=say)
+    report = QatReport(Path(output), {}, taken, epochs, quantizers)
+
+    def write(tmp: Path) -> None:
+        files, report.parity, runners = _exported(network, tmp, dep)
+        report.files = {k: Path(output) / p.name for k, p in files.items()}
+        if dep.kind == "classifier" and dep.classes is not None:
+            with torch.no_grad():
+                report.top1["fp32"], report.images = folder_accuracy(dep.model, source, transform, dep.classes)
+            for name, fn in runners.items():
+                report.top1[name], _ = folder_accuracy(fn, source, transform, dep.classes)
+        record = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(report).items()}
+        record["files"] = {k: str(v) for k, v in report.files.items()}
+        record["run"] = str(file)
+        write_json(tmp / "qat.json", record)
+
+    atomic_folder(output, write, error=ExportError)
+    return report
+
+
+def _copy(model: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def read_report(folder: str | os.PathLike) -> dict[str, Any]:
+    """``qat.json`` of a QAT folder."""
+    return json.loads((Path(folder) / "qat.json").read_text(encoding="utf-8"))
