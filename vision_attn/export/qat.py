@@ -31,8 +31,10 @@ import io
 import json
 import logging
 import os
+import re
+import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -72,9 +74,11 @@ class QatReport:
     steps: int
     epochs: int
     quantizers: int
+    task: str = ""
     parity: dict[str, float] = field(default_factory=dict)
     top1: dict[str, float] = field(default_factory=dict)
     images: int = 0
+    network: nn.Module | None = field(default=None, repr=False)  # the fine-tuned fake-quantized PyTorch network
 
 
 def _reference_fake_quantize() -> None:
@@ -92,12 +96,11 @@ def _reference_fake_quantize() -> None:
 
 
 @contextlib.contextmanager
-def _innermost_layer(model: nn.Module) -> Iterator[list[str]]:
-    """The names of the layers being run (the innermost last), kept while the block runs: a failure
-    inside names the layer it happened in."""
+def _layer_stack(model: nn.Module) -> Iterator[list[str]]:
+    """The names of the layers of ``model`` being run while the block runs (the innermost last); after a
+    failure inside a layer, the stack still holds it."""
     stack: list[str] = []
     names = {id(m): n for n, m in model.named_modules()}
-    failed: list[str] = []
 
     def enter(m: nn.Module, _args: Any) -> None:
         stack.append(names.get(id(m), type(m).__name__))
@@ -109,14 +112,28 @@ def _innermost_layer(model: nn.Module) -> Iterator[list[str]]:
     handles = [m.register_forward_pre_hook(enter) for m in model.modules()]
     handles += [m.register_forward_hook(leave) for m in model.modules()]
     try:
-        yield failed
-    except BaseException:
-        if stack:
-            failed.append(stack[-1])
-        raise
+        yield stack
     finally:
         for h in handles:
             h.remove()
+
+
+def _layer_calling(model: nn.Module, op: str, x: torch.Tensor) -> str | None:
+    """The name of the innermost layer of ``model`` whose forward calls the ATen operator ``op``
+    (``aten::name``) on ``x``; None when none does."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    found: list[str] = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's hook
+            if not found and func._schema.name == op and stack:
+                found.append(stack[-1])
+            return func(*args, **(kwargs or {}))
+
+    with _layer_stack(model) as stack, Spy(), torch.no_grad():
+        model(x)
+    return found[0] if found else None
 
 
 def _layer_of(model: nn.Module, name: str) -> str:
@@ -142,9 +159,13 @@ def fake_quantize(model: nn.Module, batches: list[torch.Tensor], *, label: str =
     model.eval()
     options = {"subset_size": sum(len(b) for b in batches),
                "model_type": nncf.ModelType.TRANSFORMER if is_transformer(model) else None}
+    failed: list[str] = []
     try:
-        with _quiet(), _innermost_layer(model) as failed:
-            return nncf.quantize(model, nncf.Dataset(batches), **options)
+        with _quiet(), _layer_stack(model) as stack:
+            try:
+                return nncf.quantize(model, nncf.Dataset(batches), **options)
+            finally:
+                failed[:] = stack[-1:]
     except Exception as e:  # noqa: BLE001 - NNCF and the traced layers raise many types
         where = _layer_of(model, failed[0]) if failed else "a layer"
         detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
@@ -219,6 +240,32 @@ def _arguments(cls: type) -> set[str]:
     return set(inspect.signature(cls.__init__).parameters) - {"self"}
 
 
+def _export_qdq(network: nn.Module, path: Path, dep: Deployable) -> None:
+    """``network`` (its quantizers in QDQ mode) as ONNX at ``path``; an operator the exporter cannot
+    write is one ExportError line naming the run's layer that calls it."""
+    try:
+        export_onnx(network, path, dep.input_size, dynamic_batch=True, exporter="torchscript",
+                    output_names=graph_outputs(dep.model))
+    except ConfigError as e:
+        m = re.search(r"operator '(aten::[\w.]+)'", str(e))
+        name = _layer_calling(dep.model, m.group(1), torch.zeros(1, 3, *dep.input_size)) if m else None
+        op = m.group(1) if m else "an operator"
+        where = _layer_of(dep.model, name) if name is not None else "a layer"
+        raise ExportError(f"{dep.label}: {where} calls {op}, which the INT8 export (ONNX, then OpenVINO) cannot "
+                          "write; quantization-aware training needs every layer exportable (replace the layer, or "
+                          "use export quantize --static)") from None
+
+
+def _check_exportable(network: nn.Module, dep: Deployable) -> None:
+    """Fail before fine-tuning when the fake-quantized ``network`` cannot be exported (see :func:`_export_qdq`)."""
+    with tempfile.TemporaryDirectory(prefix="vision_attn-qat-") as tmp, _quiet():
+        _set_export_mode(network, "quantize_dequantize")
+        try:
+            _export_qdq(network, Path(tmp) / "check.onnx", dep)
+        finally:
+            _set_export_mode(network, "fake_quantize")
+
+
 def _exported(network: nn.Module, folder: Path, dep: Deployable) -> tuple[dict[str, Path], dict[str, float],
                                                                          dict[str, Callable]]:
     """The fake-quantized ``network`` as OpenVINO INT8 IR and onnxruntime QDQ in ``folder``, each
@@ -226,17 +273,13 @@ def _exported(network: nn.Module, folder: Path, dep: Deployable) -> tuple[dict[s
     outputs = graph_outputs(dep.model)
     checked = Deployable(network, dep.kind, dep.input_size, dep.label, mean=dep.mean, std=dep.std)
     files = {k: folder / v for k, v in QAT_FILES.items()}
-    with _quiet(), _innermost_layer(network) as failed:
+    with _quiet():
         try:
             _set_export_mode(network, "fake_quantize")
             export_openvino(network, files["openvino"], dep.input_size, dynamic_batch=True, exporter="torchscript",
                             output_names=tuple(outputs))
             _set_export_mode(network, "quantize_dequantize")
-            export_onnx(network, files["onnxruntime"], dep.input_size, dynamic_batch=True, exporter="torchscript",
-                        output_names=outputs)
-        except ConfigError as e:
-            where = f" ({_layer_of(network, failed[0])})" if failed else ""
-            raise ExportError(f"{dep.label}: the quantized network does not export{where}: {e}") from None
+            _export_qdq(network, files["onnxruntime"], dep)
         finally:
             _set_export_mode(network, "fake_quantize")
     compiled = openvino_model(files["openvino"], hint="f32")
@@ -276,9 +319,10 @@ def quantize_aware(run: str | os.PathLike, output: str | os.PathLike, *, data: s
                             label=dep.label)
     quantizers = len(_quantizers(network))
     say(f"{dep.label}: {quantizers} fake quantizers inserted by NNCF")
+    _check_exportable(network, dep)
     taken = _finetune(run, network, data, epochs=epochs, steps=steps, lr_scale=lr_scale, batch_size=batch_size,
                       say=say)
-    report = QatReport(Path(output), {}, taken, epochs, quantizers)
+    report = QatReport(Path(output), {}, taken, epochs, quantizers, dep.task, network=network)
 
     def write(tmp: Path) -> None:
         files, report.parity, runners = _exported(network, tmp, dep)
@@ -288,9 +332,9 @@ def quantize_aware(run: str | os.PathLike, output: str | os.PathLike, *, data: s
                 report.top1["fp32"], report.images = folder_accuracy(dep.model, source, transform, dep.classes)
             for name, fn in runners.items():
                 report.top1[name], _ = folder_accuracy(fn, source, transform, dep.classes)
-        record = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(report).items()}
-        record["files"] = {k: str(v) for k, v in report.files.items()}
-        record["run"] = str(file)
+        record = {"run": str(file), "folder": str(report.folder), "files": {k: str(v) for k, v in report.files.items()},
+                  "steps": report.steps, "epochs": report.epochs, "quantizers": report.quantizers, "task": report.task,
+                  "parity": report.parity, "top1": report.top1, "images": report.images}
         write_json(tmp / "qat.json", record)
 
     atomic_folder(output, write, error=ExportError)
