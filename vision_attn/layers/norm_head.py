@@ -1,5 +1,6 @@
 """A classifier head that pools, normalises, then classifies (ConvNeXt's; timm's ``NormMlpClassifierHead``
-without its optional hidden layer): keys ``norm`` and ``fc``."""
+without its optional hidden layer; over tokens, Hiera's, timm's ``ClNormMlpClassifierHead``): keys
+``norm`` and ``fc``."""
 from __future__ import annotations
 
 import torch
@@ -14,12 +15,13 @@ __all__ = ["NormPoolHead"]
 class NormPoolHead(nn.Module):
     """Map (B, C, H, W) -> logits (B, num_classes): the spatial mean (``global_pool="avg"``), a
     LayerNorm over the channels ``norm``, dropout, a linear ``fc`` (none when ``num_classes`` is 0: the
-    pooled, normalised features). ``global_pool=""``: no pooling, the normalised map itself."""
+    pooled, normalised features). ``global_pool=""``: no pooling, the normalised map itself.
+    ``tokens=True``: the input is tokens (B, N, C), pooled by their mean (unpooled: (B, N, C) out)."""
 
     def __init__(self, dim: int, num_classes: int, global_pool: str = "avg", norm_eps: float = 1e-6,
-                 drop_rate: float = 0.0) -> None:
+                 drop_rate: float = 0.0, tokens: bool = False) -> None:
         super().__init__()
-        self.dim = dim
+        self.dim, self.tokens = dim, tokens
         self.norm = LayerNorm2d(dim, eps=norm_eps)
         self.drop = nn.Dropout(drop_rate)
         self.global_pool = "avg"
@@ -41,10 +43,14 @@ class NormPoolHead(nn.Module):
             nn.init.zeros_(self.fc.bias)
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        if self.tokens:  # (B, N, C) -> (B, C, N, 1)
+            x = x.transpose(1, 2)[..., None]
         if self.global_pool:
             x = x.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
         x = self.norm(x)
         if self.global_pool:
             x = x.flatten(1)  # (B, C)
+        elif self.tokens:
+            x = x[..., 0].transpose(1, 2)  # (B, N, C)
         x = self.drop(x)
         return x if pre_logits else self.fc(x)
