@@ -34,23 +34,98 @@ from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["Hiera"]
+__all__ = ["Hiera", "HieraStages"]
 
 
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
-class Hiera(TimmContract, nn.Module):
+class HieraStages(TimmContract, nn.Module):
+    """What Hiera and SAM 2's HieraDet share: ``blocks`` in stages ending at ``stage_ends``, one feature
+    level each; ``head`` a :class:`~vision_attn.layers.norm_head.NormPoolHead` of layout ``head_fmt``
+    (mean, LayerNorm, ``fc``); position tables ``pos_embed*``. Subclasses give ``_begin`` (image to the
+    first stage's input) and ``_feature_map``."""
+
+    output_fmts = ("NCHW", "NHWC")
+    features_only_fmt = "NCHW"
+    classifier_keys = ("head.fc.weight", "head.fc.bias")
+    head_fmt = "NLC"
+    blocks: nn.ModuleList
+    stage_ends: list[int]
+    head: NormPoolHead
+
+    def init_weights(self) -> None:
+        """Truncated normal (std 0.02) for the position tables, convolution and linear layers, zero biases."""
+        for name, p in self.named_parameters():
+            if name.startswith("pos_embed") and not p.is_meta:
+                nn.init.trunc_normal_(p, std=0.02)
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.is_meta:
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    @property
+    def global_pool(self) -> str:
+        return self.head.global_pool
+
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh classifier for ``num_classes`` (0: none, the pooled features); ``global_pool``
+        ``"avg"`` or ``""`` (the normalised tokens or map, unpooled)."""
+        self.num_classes = num_classes
+        self.head.reset(num_classes, global_pool)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images -> the last stage's output, before the head."""
+        x, _ = self._begin(x)
+        for i in range(len(self._levels())):
+            x = self._run_level(i, x, None)
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def _levels(self) -> list[nn.ModuleList]:
+        starts = [0] + [e + 1 for e in self.stage_ends[:-1]]
+        return [self.blocks[s: e + 1] for s, e in zip(starts, self.stage_ends) if s < len(self.blocks)]
+
+    def _run_level(self, i: int, x: torch.Tensor, context: None) -> torch.Tensor:
+        return run_blocks(self, self._levels()[i], x)
+
+    def _end(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def _truncate(self, last: int) -> None:
+        end = self.stage_ends[last]
+        if end < len(self.blocks) - 1:
+            self.num_features = self.feature_info[last]["num_chs"]
+            self.head = NormPoolHead(self.num_features, 0, self.head.global_pool, input_fmt=self.head_fmt)
+            self.head.norm = nn.Identity()  # the head's norm fits the last stage only (timm's reset_other)
+        self.blocks = self.blocks[: end + 1]
+
+    def _prune_norm(self) -> None:
+        """No norm follows the last stage (the head's norm goes with the head)."""
+
+    def _prune_head(self) -> None:
+        """The classifier and the head's norm go (timm's ``reset_classifier(0, reset_other=True)``):
+        the model returns the mean of the last stage's output."""
+        self.reset_classifier(0)
+        self.head.norm = nn.Identity()
+
+
+class Hiera(HieraStages):
     """Images (B, C, H, W) of ``img_size`` -> logits (B, num_classes); ``num_classes=0``: the pooled,
     normalised features (B, num_features). ``stages``: blocks per stage; ``mask_unit_attn``: which
     stages attend within mask units; ``abs_win_pos_embed``: the abswin embedding (``global_pos_size``
     table plus a ``mask_unit_size`` table tiled); ``expand_proj=False``: widen by max- and mean-pooling
     side by side instead of a projection; ``init_values``: layer scale (None: none)."""
-
-    output_fmts = ("NCHW", "NHWC")
-    features_only_fmt = "NCHW"
-    classifier_keys = ("head.fc.weight", "head.fc.bias")
 
     def __init__(self, *, img_size: int | Sequence[int] = 224, in_chans: int = 3, embed_dim: int = 96,
                  num_heads: int = 1, num_classes: int = 1000, global_pool: str = "avg",
@@ -117,38 +192,13 @@ class Hiera(TimmContract, nn.Module):
                 self.feature_info.append(dict(num_chs=dim, reduction=patch_stride[0] * 2 ** stage, module=f"blocks.{i}"))
         self.blocks = nn.ModuleList(blocks)
         self.num_features = dim
-        self.head = NormPoolHead(dim, num_classes, global_pool, norm_eps=norm_eps, drop_rate=drop_rate, tokens=True)
+        self.head = NormPoolHead(dim, num_classes, global_pool, norm_eps=norm_eps, drop_rate=drop_rate, input_fmt="NLC")
         self.grad_checkpointing = False
         self.init_weights()
-
-    def init_weights(self) -> None:
-        """Truncated normal (std 0.02) for the position tables, convolution and linear layers, zero biases."""
-        for p in (self.pos_embed, self.pos_embed_win):
-            if p is not None and not p.is_meta:
-                nn.init.trunc_normal_(p, std=0.02)
-        for m in self.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.is_meta:
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-    @property
-    def global_pool(self) -> str:
-        return self.head.global_pool
-
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh classifier for ``num_classes`` (0: none, the pooled features); ``global_pool``
-        ``"avg"`` or ``""`` (the normalised tokens, unpooled)."""
-        self.num_classes = num_classes
-        self.head.reset(num_classes, global_pool)
 
     def no_weight_decay(self) -> set[str]:
         return {"pos_embed", "pos_embed_win"} if self.pos_embed_win is not None else {"pos_embed"}
 
-    # ---------------------------------------------------------------- forward
     def _position(self) -> torch.Tensor:
         """The position embedding, one row per token in raster order: (1, N, D)."""
         if self.pos_embed_win is None:
@@ -157,28 +207,9 @@ class Hiera(TimmContract, nn.Module):
         glob = F.interpolate(self.pos_embed, size=win.shape[-2:], mode="bicubic", antialias=True)
         return (glob + win).flatten(2).transpose(1, 2)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images -> the last stage's tokens (B, H/32 * W/32, num_features), before the head (unrolled
-        order; after the last pooling it is raster order)."""
-        x, _ = self._begin(x)
-        for i in range(len(self._levels())):
-            x = self._run_level(i, x, None)
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
     def rolled(self, x: torch.Tensor, stage: int) -> torch.Tensor:
         """Stage ``stage``'s tokens (B, N, C) as a map (B, h, w, C) in raster order."""
         return x[:, getattr(self, f"reroll{stage}")].reshape(x.shape[0], *self.stage_sizes[stage], x.shape[-1])
-
-    # ---------------------------------------------------------------- timm's contract: four stages
-    def _levels(self) -> list[nn.ModuleList]:
-        starts = [0] + [e + 1 for e in self.stage_ends[:-1]]
-        return [self.blocks[s: e + 1] for s, e in zip(starts, self.stage_ends) if s < len(self.blocks)]
 
     def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         if tuple(x.shape[-2:]) != self.img_size:
@@ -188,33 +219,11 @@ class Hiera(TimmContract, nn.Module):
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2) + self._position()
         return x[:, self.unroll], None
 
-    def _run_level(self, i: int, x: torch.Tensor, context: None) -> torch.Tensor:
-        return run_blocks(self, self._levels()[i], x)
-
     def _feature_map(self, i: int, x: torch.Tensor, context: None, norm: bool, output_fmt: str) -> torch.Tensor:
         if norm:
             raise ConfigError("Hiera's feature maps have no norm (its only norm is the head's): pass norm=False")
         y = self.rolled(x, i)
         return y.permute(0, 3, 1, 2) if output_fmt == "NCHW" else y
-
-    def _end(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def _truncate(self, last: int) -> None:
-        end = self.stage_ends[last]
-        if end < len(self.blocks) - 1:
-            self.num_features = self.feature_info[last]["num_chs"]
-            self.head = NormPoolHead(self.num_features, 0, self.head.global_pool, tokens=True)
-        self.blocks = self.blocks[: end + 1]
-
-    def _prune_norm(self) -> None:
-        """No norm follows the last stage (the head's norm goes with the head)."""
-
-    def _prune_head(self) -> None:
-        """The classifier and the head's norm go (timm's ``reset_classifier(0, reset_other=True)``):
-        the model returns the mean of the last tokens."""
-        self.reset_classifier(0)
-        self.head.norm = nn.Identity()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,7 +274,7 @@ def hiera_huge_224(**kwargs) -> Hiera:
 
 @register_model(cfg=_ABSWIN_CFG)
 def hiera_small_abswin_256(**kwargs) -> Hiera:
-    """Hiera-S at 256 px with the absolute-window position embedding, layer scale, and widening by
+    """Hiera-S (34.4 M) at 256 px with the absolute-window position embedding, layer scale, and widening by
     pooling (no projection), timm's ``sbb2`` recipe."""
     return hiera(96, 1, (1, 2, 11, 2), kwargs, img_size=256, abs_win_pos_embed=True, global_pos_size=(16, 16),
                  init_values=1e-5, expand_proj=False)
@@ -273,5 +282,5 @@ def hiera_small_abswin_256(**kwargs) -> Hiera:
 
 @register_model(cfg=_ABSWIN_CFG)
 def hiera_base_abswin_256(**kwargs) -> Hiera:
-    """Hiera-B at 256 px with the absolute-window position embedding and layer scale."""
+    """Hiera-B (51.3 M) at 256 px with the absolute-window position embedding and layer scale."""
     return hiera(96, 1, (2, 3, 16, 3), kwargs, img_size=256, abs_win_pos_embed=True, init_values=1e-5)
