@@ -66,7 +66,7 @@ class MaskUnitAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, -1, units, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5).unbind(0)
         if self.q_stride > 1:
             q = q.reshape(B, self.heads, units, self.q_stride, -1, self.head_dim).amax(dim=3)
-        if units == 1:  # global: 4-D tensors (the fused kernels' layout)
+        if not self.mask_unit:  # global: 4-D tensors (the fused kernels' layout)
             out = self.sdpa(q[:, :, 0].contiguous(), k[:, :, 0].contiguous(), v[:, :, 0].contiguous())[:, :, None]
         else:
             out = self.sdpa(q, k, v)

@@ -41,7 +41,8 @@ class NormPoolHead(nn.Module):
             self.global_pool = global_pool
         if num_classes > 0 and not self.global_pool:
             raise ConfigError("a classifier needs pooled features; with global_pool='' give num_classes=0")
-        device = self.norm.weight.device if self.norm.weight is not None else None
+        weight = getattr(self.norm, "weight", None)  # None once the norm is pruned (an identity)
+        device = weight.device if weight is not None else None
         self.fc = nn.Linear(self.dim, num_classes, device=device) if num_classes > 0 else nn.Identity()
         if isinstance(self.fc, nn.Linear) and not self.fc.weight.is_meta:
             nn.init.trunc_normal_(self.fc.weight, std=0.02)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, DataError
 from vision_attn.layers.mask_unit_attention import HieraBlock, unroll_order
 from vision_attn.layers.norm_head import NormPoolHead
 from vision_attn.models.contract import TimmContract, run_blocks
@@ -39,6 +39,17 @@ __all__ = ["Hiera", "HieraStages"]
 
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def check_size(x: torch.Tensor, img_size: tuple[int, int]) -> torch.Tensor:
+    """``x`` when its images are ``img_size``; else a DataError naming both sizes."""
+    if tuple(x.shape[-2:]) != tuple(img_size):
+        raise DataError(f"Hiera built for {img_size[0]}x{img_size[1]} images got {x.shape[-2]}x{x.shape[-1]}: its "
+                        f"mask units are fixed when it is built; create it with img_size=({x.shape[-2]}, {x.shape[-1]})")
+    return x
+
+
+torch.fx.wrap("check_size")  # torch.fx: one leaf node, not a branch on a traced size
 
 
 class HieraStages(TimmContract, nn.Module):
@@ -212,16 +223,11 @@ class Hiera(HieraStages):
         return x[:, getattr(self, f"reroll{stage}")].reshape(x.shape[0], *self.stage_sizes[stage], x.shape[-1])
 
     def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if tuple(x.shape[-2:]) != self.img_size:
-            raise ConfigError(f"Hiera built for {self.img_size[0]}x{self.img_size[1]} images got "
-                              f"{x.shape[-2]}x{x.shape[-1]}: its mask units are fixed at build time; create the "
-                              f"model with img_size=({x.shape[-2]}, {x.shape[-1]})")
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2) + self._position()
+        x = self.patch_embed.proj(check_size(x, self.img_size)).flatten(2).transpose(1, 2) + self._position()
         return x[:, self.unroll], None
 
     def _feature_map(self, i: int, x: torch.Tensor, context: None, norm: bool, output_fmt: str) -> torch.Tensor:
-        if norm:
-            raise ConfigError("Hiera's feature maps have no norm (its only norm is the head's): pass norm=False")
+        """Stage ``i``'s tokens rolled back to a map (no norm follows a stage: ``norm`` changes nothing)."""
         y = self.rolled(x, i)
         return y.permute(0, 3, 1, 2) if output_fmt == "NCHW" else y
 

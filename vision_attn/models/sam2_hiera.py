@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.errors import ConfigError
+from vision_attn.errors import ConfigError, DataError
 from vision_attn.layers.multiscale_block import MultiScaleBlock
 from vision_attn.layers.norm_head import NormPoolHead
 from vision_attn.models.hiera import HieraStages
@@ -36,6 +36,20 @@ def _pair(v: int | Sequence[int]) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
+def window_position(table: torch.Tensor, window: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The position embedding of the map ``x`` (B, C, h, w): ``table`` resampled bicubically to (h, w) plus
+    ``window`` tiled over it; a ConfigError when the window does not tile the map."""
+    h, w = x.shape[-2:]
+    wh, ww = window.shape[-2:]
+    if h % wh or w % ww:
+        raise DataError(f"HieraDet: the image gives a {h}x{w} map at stride 4 that its {wh}x{ww} position window "
+                          f"does not tile: give images of a multiple of {4 * wh}x{4 * ww} pixels")
+    return F.interpolate(table, size=(h, w), mode="bicubic") + window.tile(1, 1, h // wh, w // ww)
+
+
+torch.fx.wrap("window_position")  # torch.fx: one leaf node, not a branch on a traced size
+
+
 class HieraDet(HieraStages):
     """Images (B, C, H, W) -> logits (B, num_classes); ``num_classes=0``: the pooled, normalised
     features. ``window_spec``: each stage's window (0: global); ``global_att_blocks``: blocks that
@@ -43,6 +57,7 @@ class HieraDet(HieraStages):
     configuration's size) and changes nothing."""
 
     head_fmt = "NHWC"
+    output_fmt = "NHWC"  # timm's attribute: forward_features' layout
 
     def __init__(self, *, in_chans: int = 3, num_classes: int = 1000, global_pool: str = "avg", embed_dim: int = 96,
                  num_heads: int = 1, patch_kernel: Sequence[int] = (7, 7), patch_stride: Sequence[int] = (4, 4),
@@ -88,20 +103,10 @@ class HieraDet(HieraStages):
 
     def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         x = self.patch_embed.proj(x)  # (B, C, h, w)
-        h, w = x.shape[-2:]
-        win = self.pos_embed_window.shape[-2:]
-        if h % win[0] or w % win[1]:
-            step = [self.patch_embed.proj.stride[0] * s for s in win]
-            raise ConfigError(f"HieraDet: a {x.shape[-2] * self.patch_embed.proj.stride[0]}x"
-                              f"{x.shape[-1] * self.patch_embed.proj.stride[1]} image gives a {h}x{w} map that the "
-                              f"{win[0]}x{win[1]} position window does not tile: give a multiple of {step[0]}x{step[1]}")
-        pos = F.interpolate(self.pos_embed, size=(h, w), mode="bicubic") + self.pos_embed_window.tile(
-            1, 1, h // win[0], w // win[1])
-        return (x + pos).permute(0, 2, 3, 1), None
+        return (x + window_position(self.pos_embed, self.pos_embed_window, x)).permute(0, 2, 3, 1), None
 
     def _feature_map(self, i: int, x: torch.Tensor, context: None, norm: bool, output_fmt: str) -> torch.Tensor:
-        if norm:
-            raise ConfigError("HieraDet's feature maps have no norm (its only norm is the head's): pass norm=False")
+        """Stage ``i``'s map (no norm follows a stage: ``norm`` changes nothing)."""
         return x.permute(0, 3, 1, 2) if output_fmt == "NCHW" else x
 
 
