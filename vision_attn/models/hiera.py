@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.errors import ConfigError, DataError
+from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers.mask_unit_attention import HieraBlock, unroll_order
 from vision_attn.layers.norm_head import NormPoolHead
 from vision_attn.models.contract import TimmContract, run_blocks
@@ -209,6 +209,22 @@ class Hiera(HieraStages):
 
     def no_weight_decay(self) -> set[str]:
         return {"pos_embed", "pos_embed_win"} if self.pos_embed_win is not None else {"pos_embed"}
+
+    def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """timm's keys as they are; the official layout (facebookresearch/hiera: ``head.projection``,
+        ``norm`` or ``encoder_norm``, ``pos_embed_abs``) renamed as timm renames it. A video Hiera's
+        separate spatial and temporal tables are refused, naming the option."""
+        if "pos_embed_spatial" in state_dict or "pos_embed_temporal" in state_dict:
+            raise CheckpointError("pos_embed_spatial / pos_embed_temporal: a video Hiera's separate position "
+                                  "embeddings (sep_pos_embed=True), an option vision_attn's Hiera does not build; "
+                                  "load it with timm")
+        out = {}
+        for key, value in state_dict.items():
+            key = key.replace("head.projection.", "head.fc.")
+            if key.startswith(("encoder_norm.", "norm.")):
+                key = "head.norm." + key.split(".", 1)[1]
+            out["pos_embed" if key == "pos_embed_abs" else key] = value
+        return out
 
     def _position(self) -> torch.Tensor:
         """The position embedding, one row per token in raster order: (1, N, D)."""

@@ -101,6 +101,11 @@ class HieraDet(HieraStages):
     def no_weight_decay(self) -> set[str]:
         return {"pos_embed", "pos_embed_window"}
 
+    def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """timm's keys as they are; SAM 2's trunk layout (``mlp.layers.0/1``) renamed as timm renames it."""
+        return {k.replace("mlp.layers.0.", "mlp.fc1.").replace("mlp.layers.1.", "mlp.fc2."): v
+                for k, v in state_dict.items()}
+
     def _begin(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         x = self.patch_embed.proj(x)  # (B, C, h, w)
         return (x + window_position(self.pos_embed, self.pos_embed_window, x)).permute(0, 2, 3, 1), None
