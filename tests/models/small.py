@@ -25,8 +25,9 @@ STANDS_FOR = {
                                            for q in ("", "_qkvb")] + ["vit_7b_patch16_dinov3"],
     "convnext_atto": ["convnext_femto", "convnext_pico", "convnext_nano"],  # 1x1-convolution MLPs
     "convnext_tiny": ["convnext_small", "convnext_base", "convnext_large"],
-    "hiera_tiny_224": [f"hiera_{s}_224" for s in ("small", "base", "base_plus", "large", "huge")],
-    "hiera_small_abswin_256": ["hiera_base_abswin_256"],  # abswin embedding, layer scale (and pooled widening)
+    # abswin's embedding, layer scale and pooled widening: against timm in test_hiera.py, at two sizes
+    "hiera_tiny_224": [f"hiera_{s}_224" for s in ("small", "base", "base_plus", "large", "huge")]
+                      + ["hiera_small_abswin_256", "hiera_base_abswin_256"],
     "sam2_hiera_tiny": ["sam2_hiera_small", "sam2_hiera_base_plus", "sam2_hiera_large", "hieradet_small"],
 }
 STOOD_FOR = {n for rep, names in STANDS_FOR.items() for n in names if n != rep}
