@@ -70,8 +70,8 @@ def test_sam2_timm_file_same_outputs_at_two_sizes(tmp_path):
     assert features.feature_info.reduction() == [4, 8, 16, 32] and features.feature_info.channels() == [16, 32, 64, 128]
 
 
-def _hf_folder(path, cls, **config):
-    randomise(cls(transformers.HieraConfig(embed_dim=16, depths=[1, 1, 2, 1], image_size=[64, 96], **config)))\
+def _hf_folder(path, cls, image_size=(64, 96), **config):
+    randomise(cls(transformers.HieraConfig(embed_dim=16, depths=[1, 1, 2, 1], image_size=list(image_size), **config)))\
         .save_pretrained(str(path))
     return cls.from_pretrained(str(path)).eval()
 
@@ -84,12 +84,14 @@ def test_transformers_folders_give_the_peers_outputs(tmp_path):
     x = torch.randn(2, 3, 64, 96)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), peer(pixel_values=x).logits, **TOL)
-    peer = _hf_folder(tmp_path / "base", transformers.HieraModel)
-    ours = vision_attn.create_model(pretrained=tmp_path / "base").eval()
-    with torch.no_grad():
-        want = peer(pixel_values=x)
-        torch.testing.assert_close(ours(x), want.pooler_output, **TOL)
-        torch.testing.assert_close(ours.forward_features(x), want.last_hidden_state, atol=1e-4, rtol=1e-5)
+    peer = _hf_folder(tmp_path / "base", transformers.HieraModel, image_size=(64, 64))  # square: transformers resizes
+    for size in [(64, 64), (96, 128)]:  # its size, and another (transformers with interpolate_pos_encoding)
+        ours = vision_attn.create_model(pretrained=tmp_path / "base", img_size=size).eval()
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            want = peer(pixel_values=x, interpolate_pos_encoding=True)
+            torch.testing.assert_close(ours(x), want.pooler_output, **TOL)
+            torch.testing.assert_close(ours.forward_features(x), want.last_hidden_state, atol=1e-4, rtol=1e-5)
 
 
 def test_a_folder_of_a_variant_not_built_is_refused_in_one_line(tmp_path, capsys):

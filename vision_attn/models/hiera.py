@@ -136,7 +136,9 @@ class Hiera(HieraStages):
     normalised features (B, num_features). ``stages``: blocks per stage; ``mask_unit_attn``: which
     stages attend within mask units; ``abs_win_pos_embed``: the abswin embedding (``global_pos_size``
     table plus a ``mask_unit_size`` table tiled); ``expand_proj=False``: widen by max- and mean-pooling
-    side by side instead of a projection; ``init_values``: layer scale (None: none)."""
+    side by side instead of a projection; ``init_values``: layer scale (None: none);
+    ``pos_embed_grid``: the plain table's token grid when it is not ``img_size``'s (a transformers
+    folder built at another size: the table is resampled at run time, as transformers does)."""
 
     def __init__(self, *, img_size: int | Sequence[int] = 224, in_chans: int = 3, embed_dim: int = 96,
                  num_heads: int = 1, num_classes: int = 1000, global_pool: str = "avg",
@@ -146,7 +148,8 @@ class Hiera(HieraStages):
                  patch_kernel: Sequence[int] = (7, 7), patch_stride: Sequence[int] = (4, 4),
                  patch_padding: Sequence[int] = (3, 3), mlp_ratio: float = 4.0, drop_rate: float = 0.0,
                  drop_path_rate: float = 0.0, init_values: float | None = None, norm_eps: float = 1e-6,
-                 abs_win_pos_embed: bool = False, global_pos_size: Sequence[int] = (14, 14)) -> None:
+                 abs_win_pos_embed: bool = False, global_pos_size: Sequence[int] = (14, 14),
+                 pos_embed_grid: Sequence[int] | None = None) -> None:
         super().__init__()
         img_size, q_stride, mask_unit_size = _pair(img_size), _pair(q_stride), _pair(mask_unit_size)
         patch_stride = _pair(patch_stride)
@@ -171,7 +174,8 @@ class Hiera(HieraStages):
             self.pos_embed = nn.Parameter(torch.zeros(1, embed_dim, *_pair(global_pos_size)))
             self.pos_embed_win = nn.Parameter(torch.zeros(1, embed_dim, *mask_unit_size))
         else:
-            self.pos_embed = nn.Parameter(torch.zeros(1, math.prod(grid), embed_dim))
+            self.pos_grid = tuple(pos_embed_grid) if pos_embed_grid is not None else grid
+            self.pos_embed = nn.Parameter(torch.zeros(1, math.prod(self.pos_grid), embed_dim))
             self.pos_embed_win = None
         schedule = [q_stride] * (len(stages) - 1)
         self.register_buffer("unroll", unroll_order(grid, schedule), persistent=False)
@@ -229,7 +233,13 @@ class Hiera(HieraStages):
     def _position(self) -> torch.Tensor:
         """The position embedding, one row per token in raster order: (1, N, D)."""
         if self.pos_embed_win is None:
-            return self.pos_embed
+            if self.pos_grid == self.grid:
+                return self.pos_embed
+            # a table of another grid (a transformers folder run at another size): resampled bicubically
+            # without antialiasing, as transformers' interpolate_pos_encoding
+            table = self.pos_embed.reshape(1, *self.pos_grid, -1).permute(0, 3, 1, 2)
+            table = F.interpolate(table, size=self.grid, mode="bicubic", align_corners=False)
+            return table.permute(0, 2, 3, 1).reshape(1, -1, table.shape[1])
         win = self.pos_embed_win.tile(1, 1, *self.units)
         glob = F.interpolate(self.pos_embed, size=win.shape[-2:], mode="bicubic", antialias=True)
         return (glob + win).flatten(2).transpose(1, 2)

@@ -11,8 +11,9 @@ Keys (``hiera.`` prefixed in ``HieraForImageClassification``):
 - ``pooler.layernorm`` -> ``head.norm``; ``classifier`` -> ``head.fc``.
 
 transformers' ``pooler_output`` is the LayerNorm of the mean of the last tokens: ``num_classes=0``'s
-output. The model runs at the config's ``image_size`` (transformers' own size without
-``interpolate_pos_encoding``). The config's ``embed_dim``, ``depths``, ``num_heads`` (doubling each stage,
+output. The model is built for the config's ``image_size``; built for another (``img_size=``), it
+computes what transformers computes there with ``interpolate_pos_encoding=True``: the position table
+(the config's grid) resampled bicubically, without antialiasing, at run time. The config's ``embed_dim``, ``depths``, ``num_heads`` (doubling each stage,
 as timm's Hiera), ``embed_dim_multiplier``, ``num_query_pool``, ``query_stride``, ``masked_unit_size``,
 ``masked_unit_attention``, ``mlp_ratio``, ``patch_*`` and ``layer_norm_eps`` build any size; the
 closest timm name names it. The MAE pre-training folders (``HieraForPreTraining``: a decoder) and
@@ -75,12 +76,12 @@ def _args(config: Config, state_dict: StateDict) -> tuple[str, dict[str, Any]]:
     q_pool = c.get("num_query_pool")
     if isinstance(q_pool, bool) or not isinstance(q_pool, int) or not 0 <= q_pool < len(depths):
         raise c._bad("num_query_pool", q_pool, f"an integer from 0 to {len(depths) - 1}")
-    dim = c.int("embed_dim")
+    dim, img, stride = c.int("embed_dim"), c.pair("image_size"), c.pair("patch_stride")
     kwargs: dict[str, Any] = dict(
-        img_size=c.pair("image_size"), in_chans=c.int("num_channels"), embed_dim=dim, num_heads=heads[0],
+        img_size=img, pos_embed_grid=(img[0] // stride[0], img[1] // stride[1]), in_chans=c.int("num_channels"), embed_dim=dim, num_heads=heads[0],
         stages=depths, q_pool=q_pool, q_stride=c.pair("query_stride"), mask_unit_size=c.pair("masked_unit_size"),
         mask_unit_attn=tuple(flags), dim_mul=c.number("embed_dim_multiplier"), head_mul=2.0,
-        patch_kernel=c.pair("patch_size"), patch_stride=c.pair("patch_stride"), patch_padding=_pad(c),
+        patch_kernel=c.pair("patch_size"), patch_stride=stride, patch_padding=_pad(c),
         mlp_ratio=c.number("mlp_ratio"), norm_eps=c.number("layer_norm_eps"),
         num_classes=num_labels(state_dict, "classifier.weight"))
     name = min(_NAMES, key=lambda n: (abs(dim - _NAMES[n][0]), abs(sum(depths) - sum(_NAMES[n][1]))))
