@@ -44,20 +44,27 @@ def _like_timm(ours: torch.nn.Module, peer: torch.nn.Module, size: tuple[int, in
         torch.testing.assert_close(a, b, **TOL)
 
 
-@pytest.mark.parametrize("name, sizes", [
-    ("hiera_tiny_224", [(64, 96)]),  # the plain table has a row per token: a file runs at its size, as in timm
-    ("hiera_small_abswin_256", [(64, 64), (96, 64)]),  # abswin: the same file built at another size, as timm builds it
-])
-def test_hiera_timm_file_same_outputs(tmp_path, name, sizes):
-    peer = randomise(timm.create_model(name, pretrained=False, img_size=sizes[0], **SMALL))
+@pytest.mark.parametrize("size", [(224, 224), (64, 96)])  # the name's size, and a non-square one it is built for
+def test_hiera_timm_file_same_outputs(tmp_path, size):
+    """A plain Hiera's table has a row per token: a file runs at the size it was built for, as in timm."""
+    peer = randomise(timm.create_model("hiera_tiny_224", pretrained=False, img_size=size, **SMALL))
     torch.save(peer.state_dict(), tmp_path / "hiera.pth")
-    for size in sizes:
-        theirs = timm.create_model(name, pretrained=False, img_size=size, **SMALL).eval()
-        theirs.load_state_dict(torch.load(tmp_path / "hiera.pth"))
-        ours = vision_attn.create_model(name, pretrained=tmp_path / "hiera.pth", img_size=size, **SMALL).eval()
-        _like_timm(ours, theirs, size)
+    ours = vision_attn.create_model("hiera_tiny_224", pretrained=tmp_path / "hiera.pth", img_size=size, **SMALL).eval()
+    _like_timm(ours, peer, size)
     with pytest.raises(DataError, match=r"img_size=\(32, 32\)"):
         ours(torch.randn(1, 3, 32, 32))
+
+
+def test_abswin_timm_file_same_outputs_at_two_sizes(tmp_path):
+    """abswin's tables do not depend on the size: timm builds the same file at another size."""
+    peer = randomise(timm.create_model("hiera_small_abswin_256", pretrained=False, img_size=64, **SMALL))
+    torch.save(peer.state_dict(), tmp_path / "hiera.pth")
+    for size in [(64, 64), (96, 64)]:
+        theirs = timm.create_model("hiera_small_abswin_256", pretrained=False, img_size=size, **SMALL).eval()
+        theirs.load_state_dict(torch.load(tmp_path / "hiera.pth"))
+        ours = vision_attn.create_model("hiera_small_abswin_256", pretrained=tmp_path / "hiera.pth", img_size=size,
+                                        **SMALL).eval()
+        _like_timm(ours, theirs, size)
 
 
 def test_sam2_timm_file_same_outputs_at_two_sizes(tmp_path):
@@ -66,6 +73,11 @@ def test_sam2_timm_file_same_outputs_at_two_sizes(tmp_path):
     ours = vision_attn.create_model("sam2_hiera_tiny", pretrained=tmp_path / "sam2.pth", **SAM2_SMALL).eval()
     for size in [(64, 64), (96, 128)]:  # 96x128: the windows of 2 pad the 3x4 map of stage 3
         _like_timm(ours, peer, size)
+    # the name's own stages, windows (8, 4, 14, 7) and global blocks, narrow, at 224 (timm's min_input_size)
+    peer = randomise(timm.create_model("sam2_hiera_tiny", pretrained=False, embed_dim=16, num_classes=5))
+    torch.save(peer.state_dict(), tmp_path / "sam2_t.pth")
+    ours = vision_attn.create_model("sam2_hiera_tiny", pretrained=tmp_path / "sam2_t.pth", embed_dim=16, num_classes=5)
+    _like_timm(ours.eval(), peer, (224, 224))
     features = vision_attn.create_model("sam2_hiera_tiny", features_only=True, **{**SAM2_SMALL, "num_classes": 0})
     assert features.feature_info.reduction() == [4, 8, 16, 32] and features.feature_info.channels() == [16, 32, 64, 128]
 
