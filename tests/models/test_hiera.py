@@ -14,6 +14,7 @@ import vision_attn
 from vision_attn.cli import main
 from vision_attn.errors import CheckpointError, DataError
 from vision_attn.models.hiera import Hiera
+from vision_attn.tasks.optim import layer_ids
 
 from .peer_weights import assert_built_like_timm, randomise
 
@@ -129,3 +130,13 @@ def test_a_video_hiera_file_is_refused_naming_the_option(tmp_path):
         vision_attn.create_model("hiera_tiny_224", pretrained=tmp_path / "hiera_video.pth", img_size=(64, 96), **SMALL)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(tmp_path / "hiera_video.pth")) and "sep_pos_embed" in message
+
+
+@pytest.mark.parametrize("name", ["hiera_small_abswin_256", "sam2_hiera_small"])
+def test_layer_decay_counts_the_blocks_and_puts_the_position_tables_in_the_stem(name):
+    with torch.device("meta"):
+        model = vision_attn.create_model(name)
+    ids, layers = layer_ids(model)
+    table = "pos_embed_win" if name.startswith("hiera") else "pos_embed_window"
+    assert layers == len(model.blocks) == 16 and ids(table) == ids("pos_embed") == ids("patch_embed.proj.weight") == 0
+    assert ids("blocks.0.attn.qkv.weight") == 1 and ids("blocks.15.mlp.fc2.bias") == 16 and ids("head.norm.weight") == 17
