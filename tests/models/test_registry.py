@@ -63,9 +63,10 @@ def _small(name: str, **extra) -> VisionTransformer:
 CNN_NAMES = set(vision_attn.list_models("resnet*"))  # torchvision's ResNets: tests/models/test_cnn.py
 CONVNEXT_NAMES = set(vision_attn.list_models("convnext*"))  # tests/models/test_convnext.py
 SWIN_NAMES = set(vision_attn.list_models("swin*"))  # hierarchical: tests/models/test_swin.py
+HIERA_NAMES = set(vision_attn.list_models("*hiera*")) | {"hieradet_small"}  # tests/models/test_hiera.py
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_NAMES if n not in CNN_NAMES | SWIN_NAMES | CONVNEXT_NAMES | STOOD_FOR])
+@pytest.mark.parametrize("name", [n for n in ALL_NAMES if n not in CNN_NAMES | SWIN_NAMES | CONVNEXT_NAMES | HIERA_NAMES | STOOD_FOR])
 def test_small_variant_trains(name):
     model = _small(name).train()
     p = model.patch_embed.patch_size[0]

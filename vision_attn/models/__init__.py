@@ -4,6 +4,8 @@ from vision_attn.models import clip  # noqa: F401  (registers the CLIP and SigLI
 from vision_attn.models import eva  # noqa: F401  (registers the EVA-02 variants)
 from vision_attn.models import dinov3  # noqa: F401  (registers the DINOv3 ViTs)
 from vision_attn.models import convnext  # noqa: F401  (registers the ConvNeXt variants)
+from vision_attn.models import hiera  # noqa: F401  (registers the Hiera variants)
+from vision_attn.models import sam2_hiera  # noqa: F401  (registers SAM 2's Hiera encoders)
 from vision_attn.models import swin  # noqa: F401  (registers the Swin variants)
 from vision_attn.models import swin_v2  # noqa: F401  (registers the Swin V2 variants)
 from vision_attn.models import cnn  # noqa: F401  (registers torchvision's ResNets and the timm: prefix)

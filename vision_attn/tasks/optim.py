@@ -30,7 +30,7 @@ FUSED_DEVICES = ("cpu", "cuda")
 STEP_KEYS = ("fused", "foreach")
 """The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
 
-_STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|absolute_pos_embed|rope|conv1|bn1|stem)\b")
+_STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|pos_embed_win|pos_embed_window|absolute_pos_embed|rope|conv1|bn1|stem)\b")
 
 
 def layer_ids(model: nn.Module) -> tuple[Callable[[str], int], int]:
