@@ -17,9 +17,9 @@ from typing import NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
-from vision_attn.errors import ConfigError, DataError
+from vision_attn.errors import CheckpointError, ConfigError, DataError
 
-__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches"]
+__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches", "linear_to_conv_patches"]
 
 
 class NaFlexBatch(NamedTuple):
@@ -83,6 +83,16 @@ def to_patches(image: torch.Tensor, patch: int, max_patches: int,
         image = F.interpolate(image[None].float(), size=(H, W), mode=mode, antialias=antialias,
                               **({"align_corners": False} if antialias else {}))[0]
     return patchify(image, patch), (H // patch, W // patch)
+
+
+def linear_to_conv_patches(weight: torch.Tensor, in_chans: int, what: str) -> torch.Tensor:
+    """A patch embedding Linear (D, P*P*C) over :func:`patchify`'s order -> the patch convolution
+    (D, C, P, P) that computes the same on the image; ``what`` names the tensor in the error."""
+    dim, flat = weight.shape
+    patch = math.isqrt(flat // in_chans) if flat % in_chans == 0 else 0
+    if patch < 1 or patch * patch * in_chans != flat:
+        raise CheckpointError(f"{what}: a patch embedding of {flat} inputs is not square patches of {in_chans} channels")
+    return weight.reshape(dim, patch, patch, in_chans).permute(0, 3, 1, 2).contiguous()
 
 
 def collate_patches(items: Sequence[tuple[torch.Tensor, tuple[int, int]]], length: int | None = None) -> NaFlexBatch:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.data.naflex import NaFlexBatch
+from vision_attn.data.naflex import NaFlexBatch, linear_to_conv_patches
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import (
     ACT_LAYERS,
@@ -51,7 +51,7 @@ from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, dat
 from vision_attn.models.registry import register_model
 
 __all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "dinov3_to_timm",
-           "openai_clip_to_timm",
+           "openai_clip_to_timm", "naflex_to_timm",
            "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
@@ -506,6 +506,8 @@ class VisionTransformer(TimmContract, nn.Module):
         elif "storage_tokens" in state_dict:  # official DINOv3 (before DINOv2's test: it has a mask token too)
             q_bias = any(k.endswith("attn.q_bias") for k in self.state_dict())
             state_dict = dinov3_to_timm(state_dict, q_bias=q_bias, keep_mask_token=self.mask_token is not None)
+        elif "embeds.proj.weight" in state_dict:  # timm's NaFlex ViT (SigLIP 2)
+            state_dict = naflex_to_timm(state_dict, self.patch_embed.proj.in_channels)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -520,6 +522,29 @@ class VisionTransformer(TimmContract, nn.Module):
                 state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.pos_embed_grid, (side, side), n_prefix,
                                                                  **POS_EMBED_INTERPS[self.pos_embed_interp])
         return state_dict
+
+
+# timm's NaFlex ViT (timm/models/naflexvit.py, SigLIP 2): the embeddings under ``embeds.``, the rest
+# timm's ViT keys as they are:
+#   embeds.proj (D, P*P*C), a Linear over (row, column, channel) patches -> patch_embed.proj (D, C, P, P)
+#   embeds.pos_embed (1, h, w, D)                                       -> pos_embed (1, h*w, D)
+# Refused by key: its other embeddings (a class or register token's, a norm: RADIO's variants).
+def naflex_to_timm(state_dict: dict[str, torch.Tensor], in_chans: int) -> dict[str, torch.Tensor]:
+    """Map timm's NaFlex ViT state dict (see above) to our keys."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key == "embeds.proj.weight":
+            out["patch_embed.proj.weight"] = linear_to_conv_patches(value, in_chans, f"timm NaFlex checkpoint: {key}")
+        elif key == "embeds.proj.bias":
+            out["patch_embed.proj.bias"] = value
+        elif key == "embeds.pos_embed":
+            out["pos_embed"] = value.reshape(1, -1, value.shape[-1])
+        elif key.startswith("embeds."):
+            raise CheckpointError(f"timm NaFlex checkpoint: key {key!r} is an embedding option vision_attn's SigLIP 2 "
+                                  f"ViT does not have")
+        else:
+            out[key] = value
+    return out
 
 
 def _takes(module: nn.Module, name: str) -> bool:

@@ -38,6 +38,7 @@ from vision_attn.models.hf.clip import (
     _tower_args,
 )
 from vision_attn.models.hf.family import Config, Family, register_family
+from vision_attn.data.naflex import linear_to_conv_patches
 
 __all__ = ["SIGLIP2"]
 
@@ -70,21 +71,14 @@ def _args(config: Config, state_dict: StateDict) -> tuple[str, dict[str, Any]]:
     return name, dict(args, **pool, class_token=False, pre_norm=False, patch_bias=True, num_classes=0)
 
 
-def linear_patch_to_conv(weight, in_chans: int, what: str):
-    """A patch Linear (D, P*P*C), inputs in (row, column, channel) order -> a patch convolution (D, C, P, P)."""
-    dim, flat = weight.shape
-    patch = math.isqrt(flat // in_chans) if flat % in_chans == 0 else 0
-    if patch < 1 or patch * patch * in_chans != flat:
-        raise CheckpointError(f"{what}: a patch embedding of {flat} inputs is not square patches of {in_chans} channels")
-    return weight.reshape(dim, patch, patch, in_chans).permute(0, 3, 1, 2).contiguous()
-
-
 def _to_siglip2(state_dict: StateDict, config: Config) -> StateDict:
     out = _to_ours(state_dict, _SIGLIP_TOP, "SigLIP 2")
-    weight = out.get("patch_embed.proj.weight")
-    if weight is not None and weight.dim() == 2:
-        out["patch_embed.proj.weight"] = linear_patch_to_conv(weight, _vision(config)["num_channels"],
-                                                              "transformers SigLIP 2 checkpoint")
+    weight = out.pop("patch_embed.proj.weight", None)
+    if weight is not None and weight.dim() == 2:  # the Linear (D, P*P*C)
+        out["patch_embed.proj.weight"] = linear_to_conv_patches(weight, _vision(config)["num_channels"],
+                                                                "transformers SigLIP 2 checkpoint")
+    elif weight is not None:
+        out["patch_embed.proj.weight"] = weight
     return out
 
 
