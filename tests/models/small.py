@@ -23,6 +23,7 @@ STANDS_FOR = {
                                            for q in ("", "_qkvb")] + ["vit_7b_patch16_dinov3"],
     "convnext_atto": ["convnext_femto", "convnext_pico", "convnext_nano"],  # 1x1-convolution MLPs
     "convnext_tiny": ["convnext_small", "convnext_base", "convnext_large"],
+    "naflexvit_base_patch16_siglip": ["naflexvit_so400m_patch16_siglip"],  # SigLIP 2: the same tower, wider
 }
 STOOD_FOR = {n for rep, names in STANDS_FOR.items() for n in names if n != rep}
 ALL_NAMES = [n for n in vision_attn.list_models() if n not in STOOD_FOR]

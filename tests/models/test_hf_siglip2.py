@@ -110,3 +110,10 @@ def test_classifier_folder_is_refused_by_key(tmp_path):
     transformers.Siglip2ForImageClassification(config).save_pretrained(folder)
     with pytest.raises(CheckpointError, match="classifier"):
         vision_attn.create_model(pretrained=folder)
+
+
+@pytest.mark.parametrize("name", ["naflexvit_base_patch16_siglip", "naflexvit_so400m_patch16_siglip"])
+def test_timm_names_have_timms_parameter_count(name):
+    with torch.device("meta"):
+        ours, peer = vision_attn.create_model(name), timm.create_model(name)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in peer.parameters()) > 0

@@ -113,13 +113,16 @@ def vit_base_patch16_siglip_gap_224(**kwargs) -> VisionTransformer:
 _SIGLIP2 = dict(_SIGLIP, act_layer="gelu_tanh", img_size=384, pos_embed_grid=16, pos_embed_interp="siglip2")
 
 
-@register_model(cfg=data_cfg(384, crop_pct=1.0, mean=INCEPTION_MEAN, std=INCEPTION_STD))
+_SIGLIP2_CFG = data_cfg(384, crop_pct=1.0, mean=INCEPTION_MEAN, std=INCEPTION_STD, fixed_input_size=False)
+
+
+@register_model(cfg=_SIGLIP2_CFG)
 def naflexvit_base_patch16_siglip(**kwargs) -> VisionTransformer:
     """SigLIP 2 ViT-B/16 image tower (NaFlex), attention-pooled (92.9 M)."""
     return _vit(_B16, _SIGLIP2, kwargs=kwargs)
 
 
-@register_model(cfg=data_cfg(384, crop_pct=1.0, mean=INCEPTION_MEAN, std=INCEPTION_STD))
+@register_model(cfg=_SIGLIP2_CFG)
 def naflexvit_so400m_patch16_siglip(**kwargs) -> VisionTransformer:
     """SigLIP 2 So400m/16 image tower (NaFlex), attention-pooled."""
     return _vit(dict(patch_size=16, embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362), _SIGLIP2,
