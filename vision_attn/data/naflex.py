@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 
-__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches", "linear_to_conv_patches"]
+__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches", "linear_to_conv_patches",
+           "NaFlexCollate"]
 
 
 class NaFlexBatch(NamedTuple):
@@ -114,3 +115,17 @@ def collate_patches(items: Sequence[tuple[torch.Tensor, tuple[int, int]]], lengt
         mask[i, : p.shape[0]] = True
     shapes = torch.tensor([grid for _, grid in items], dtype=torch.long)
     return NaFlexBatch(patches, mask, shapes)
+
+
+class NaFlexCollate:
+    """A loader's ``collate_fn`` for classification: items (image (C, H, W) float, at its own size;
+    label) -> (:class:`NaFlexBatch` of the images patchified within ``max_patches`` each, padded to the
+    batch's longest sequence; labels (B,)). timm's NaFlex loader's batches: a sequence length per batch."""
+
+    def __init__(self, patch: int, max_patches: int) -> None:
+        _check_budget(patch, max_patches)
+        self.patch, self.max_patches = patch, max_patches
+
+    def __call__(self, items: Sequence[tuple[torch.Tensor, int]]) -> tuple[NaFlexBatch, torch.Tensor]:
+        batch = collate_patches([to_patches(image, self.patch, self.max_patches) for image, _ in items])
+        return batch, torch.tensor([int(label) for _, label in items], dtype=torch.long)
