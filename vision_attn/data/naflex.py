@@ -6,37 +6,21 @@ side rounded up to a multiple of the patch) and holds at most ``max_patches`` pa
 (:func:`naflex_size`: the size transformers' ``Siglip2ImageProcessor`` picks), then cut into patches
 flattened in (row in patch, column in patch, channel) order (:func:`patchify`: the processor's and
 timm's NaFlex order). :func:`collate_patches` pads the sequences of a batch to a common length and
-returns a :class:`NaFlexBatch`, the input a NaFlex-capable ViT takes
+returns a :class:`~vision_attn.layers.naflex_batch.NaFlexBatch`, the input a NaFlex-capable ViT takes
 (:meth:`~vision_attn.models.vit.VisionTransformer.forward`).
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from vision_attn.errors import CheckpointError, ConfigError, DataError
+from vision_attn.errors import ConfigError, DataError
+from vision_attn.layers.naflex_batch import NaFlexBatch
 
-__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches", "linear_to_conv_patches",
-           "NaFlexCollate"]
-
-
-class NaFlexBatch(NamedTuple):
-    """A padded batch of patch sequences: ``patches`` (B, N, P*P*C), ``mask`` (B, N) boolean (True: a
-    real patch, False: padding), ``shapes`` (B, 2) long, each image's patch grid (h, w), its h*w
-    patches first in its sequence, row by row. transformers' ``pixel_values``,
-    ``pixel_attention_mask`` and ``spatial_shapes``."""
-
-    patches: torch.Tensor
-    mask: torch.Tensor
-    shapes: torch.Tensor
-
-    def to(self, *args, **kwargs) -> "NaFlexBatch":
-        """Patches moved (and cast) as ``Tensor.to``; the mask and shapes moved only."""
-        patches = self.patches.to(*args, **kwargs)
-        return NaFlexBatch(patches, self.mask.to(patches.device), self.shapes.to(patches.device))
+__all__ = ["NaFlexBatch", "naflex_size", "patchify", "to_patches", "collate_patches", "NaFlexCollate"]
 
 
 def _check_budget(patch: int, max_patches: int) -> None:
@@ -84,16 +68,6 @@ def to_patches(image: torch.Tensor, patch: int, max_patches: int,
         image = F.interpolate(image[None].float(), size=(H, W), mode=mode, antialias=antialias,
                               **({"align_corners": False} if antialias else {}))[0]
     return patchify(image, patch), (H // patch, W // patch)
-
-
-def linear_to_conv_patches(weight: torch.Tensor, in_chans: int, what: str) -> torch.Tensor:
-    """A patch embedding Linear (D, P*P*C) over :func:`patchify`'s order -> the patch convolution
-    (D, C, P, P) that computes the same on the image; ``what`` names the tensor in the error."""
-    dim, flat = weight.shape
-    patch = math.isqrt(flat // in_chans) if flat % in_chans == 0 else 0
-    if patch < 1 or patch * patch * in_chans != flat:
-        raise CheckpointError(f"{what}: a patch embedding of {flat} inputs is not square patches of {in_chans} channels")
-    return weight.reshape(dim, patch, patch, in_chans).permute(0, 3, 1, 2).contiguous()
 
 
 def collate_patches(items: Sequence[tuple[torch.Tensor, tuple[int, int]]], length: int | None = None) -> NaFlexBatch:

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.data.naflex import NaFlexBatch, linear_to_conv_patches
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers import (
     ACT_LAYERS,
@@ -41,6 +40,7 @@ from vision_attn.layers import (
 from vision_attn.layers.attention import padding_bias
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva
+from vision_attn.layers.naflex_batch import NaFlexBatch, linear_to_conv_patches
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind

@@ -38,7 +38,7 @@ from vision_attn.models.hf.clip import (
     _tower_args,
 )
 from vision_attn.models.hf.family import Config, Family, register_family
-from vision_attn.data.naflex import linear_to_conv_patches
+from vision_attn.layers.naflex_batch import linear_to_conv_patches
 
 __all__ = ["SIGLIP2"]
 

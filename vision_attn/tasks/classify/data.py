@@ -29,11 +29,12 @@ from vision_attn.data import (
 from vision_attn.data.device_augment import AUGMENT_ON, DeviceAugment, batch_seed
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
-from vision_attn.data.naflex import NaFlexBatch, NaFlexCollate
+from vision_attn.data.naflex import NaFlexCollate
 from vision_attn.data.transforms import naflex_transforms
 from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
 from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
 from vision_attn.errors import ConfigError
+from vision_attn.layers.naflex_batch import NaFlexBatch
 from vision_attn.tasks.data_module import ResumableDataModule, training_position
 
 __all__ = ["ClassificationDataModule"]

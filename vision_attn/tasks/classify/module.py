@@ -22,7 +22,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from vision_attn.data.naflex import NaFlexBatch
+from vision_attn.layers.naflex_batch import NaFlexBatch
 from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
 from vision_attn.tasks.classify.network import build_network, network_spec
