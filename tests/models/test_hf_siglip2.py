@@ -89,17 +89,27 @@ def test_naflex_batch_matches_transformers(tmp_path):
         assert torch.allclose(ours(mine), ours(batch), atol=0.1)  # resized by another resampler: near, not equal
 
 
-def test_timm_naflex_file_loads_and_matches(tmp_path):
+def test_timm_naflex_file_loads_and_matches_on_images_and_patches(tmp_path):
     peer = randomise(timm.create_model("naflexvit_base_patch16_siglip", embed_dim=32, depth=2, num_heads=4,
                                        mlp_ratio=2.0, patch_size=8))
     path = tmp_path / "timm.pth"
     torch.save(peer.state_dict(), path)
     ours = vision_attn.create_model("naflexvit_base_patch16_siglip", pretrained=str(path), embed_dim=32, depth=2,
                                     num_heads=4, mlp_ratio=2.0, patch_size=8, pos_embed_grid=16)
+    g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for size in ((128, 128), (64, 96)):
-            x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+            x = torch.randn(2, 3, *size, generator=g)
             _close(ours(x), peer(x))
+        # a NaFlex batch, as timm's NaFlex loader gives it: patches, each patch's (row, column), validity
+        batch = collate_patches([to_patches(im, 8, 24) for im in _images([(40, 90), (64, 30), (33, 33)])])
+        coords = []
+        for h, w in batch.shapes.tolist():
+            rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            grid = torch.stack([rows.flatten(), cols.flatten()], dim=-1)
+            coords.append(torch.cat([grid, grid.new_zeros(batch.patches.shape[1] - h * w, 2)]))
+        theirs = peer({"patches": batch.patches, "patch_coord": torch.stack(coords), "patch_valid": batch.mask})
+        _close(ours(batch), theirs)
 
 
 def test_classifier_folder_is_refused_by_key(tmp_path):
