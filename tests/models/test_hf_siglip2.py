@@ -127,3 +127,13 @@ def test_timm_names_have_timms_parameter_count(name):
     with torch.device("meta"):
         ours, peer = vision_attn.create_model(name), timm.create_model(name)
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in peer.parameters()) > 0
+
+
+def test_a_naflex_batch_for_feature_maps_is_refused_in_one_line():
+    model = vision_attn.create_model("naflexvit_base_patch16_siglip", embed_dim=32, depth=1, num_heads=4, patch_size=8)
+    batch = collate_patches([to_patches(torch.rand(3, 16, 24), 8, 6)])
+    assert model(batch).shape == (1, 32)
+    with pytest.raises(vision_attn.ConfigError, match="feature maps and intermediates need images"):
+        model.forward_intermediates(batch)
+    with pytest.raises(vision_attn.DataError, match="expected"):
+        model(batch._replace(patches=batch.patches[..., :10]))

@@ -43,6 +43,13 @@ def _interp(name: str) -> int:
     return INTERPOLATIONS[name]
 
 
+def _color_jitter(strength: float) -> A.ColorJitter:
+    """Brightness, contrast and saturation jitter of ``strength`` (each factor in [1 - s, 1 + s]), p 0.8."""
+    cj = float(strength)
+    return A.ColorJitter(brightness=(max(0.0, 1 - cj), 1 + cj), contrast=(max(0.0, 1 - cj), 1 + cj),
+                         saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8)
+
+
 def rand_augment_ops(magnitude: float = 9.0, interpolation: int = cv2.INTER_LINEAR) -> list[A.BasicTransform]:
     """RandAugment-style operations (Cubuk et al. 2020) at ``magnitude`` in [0, 10]; each applies
     with probability 1 once chosen."""
@@ -97,9 +104,7 @@ def train_transforms(
     if hflip > 0:
         ops.append(A.HorizontalFlip(p=hflip))
     if color_jitter > 0:
-        cj = float(color_jitter)
-        ops.append(A.ColorJitter(brightness=(max(0.0, 1 - cj), 1 + cj), contrast=(max(0.0, 1 - cj), 1 + cj),
-                                 saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8))
+        ops.append(_color_jitter(color_jitter))
     if rand_augment > 0:
         ops.append(A.SomeOf(rand_augment_ops(rand_augment_magnitude, interp), n=int(rand_augment), p=1.0))
     if not 0 <= random_erasing <= 1:
@@ -146,8 +151,6 @@ def naflex_transforms(
     (:class:`~vision_attn.data.naflex.NaFlexCollate`)."""
     ops: list[A.BasicTransform] = [A.HorizontalFlip(p=hflip)] if hflip > 0 else []
     if color_jitter > 0:
-        cj = float(color_jitter)
-        ops.append(A.ColorJitter(brightness=(max(0.0, 1 - cj), 1 + cj), contrast=(max(0.0, 1 - cj), 1 + cj),
-                                 saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8))
+        ops.append(_color_jitter(color_jitter))
     ops += [A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0), ToTensorV2()]
     return A.Compose(ops, strict=True)

@@ -319,6 +319,9 @@ class VisionTransformer(TimmContract, nn.Module):
         """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added (and ``norm_pre``
         applied), and the grid (h, w); patch tokens selected by ``masks`` (B, h*w) become the mask
         token first."""
+        if isinstance(x, NaFlexBatch):
+            raise ConfigError("a NaFlex batch runs through forward and forward_features (tokens, pooled features); "
+                              "feature maps and intermediates need images (B, C, H, W) of one size")
         x = self.patch_embed(x)  # (B, h, w, D)
         B, h, w, D = x.shape
         x = x.reshape(B, h * w, D)  # (B, h*w, D)
