@@ -10,6 +10,7 @@ import torch
 from vision_attn.data.naflex import NaFlexBatch, NaFlexCollate
 from vision_attn.errors import ConfigError
 from vision_attn.tasks import train_classifier
+from vision_attn.tasks.classify.run import evaluate_classifier, predict_images
 from vision_attn.tasks.classify.data import ClassificationDataModule
 
 TINY = {
@@ -34,6 +35,11 @@ def test_a_naflex_run_trains_on_digits_and_records_its_budget(tmp_path):
     batch, labels = next(iter(data.train_dataloader()))  # what the model trained on: 8x8 digits as 3x3 patches
     assert isinstance(batch, NaFlexBatch) and batch.patches.shape == (16, 9, 48) and labels.shape == (16,)
     assert (batch.shapes == torch.tensor([3, 3])).all()
+    # eval and predict of the run take NaFlex batches too: the validation top-1 again
+    report = evaluate_classifier(result.run_dir / "last.ckpt", "demo:digits", batch_size=64)
+    assert report["images"] == 359 and 0.0 <= report["top1"] <= 1.0
+    path = next((data.splits.root / "val").rglob("*.png"))
+    assert len(predict_images(result.run_dir / "last.ckpt", [path], top_k=3)[0]["top"]) == 3
 
 
 def test_the_collate_batches_images_of_other_aspect_ratios():
