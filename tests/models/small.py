@@ -29,6 +29,7 @@ STANDS_FOR = {
     "hiera_tiny_224": [f"hiera_{s}_224" for s in ("small", "base", "base_plus", "large", "huge")]
                       + ["hiera_small_abswin_256", "hiera_base_abswin_256"],
     "sam2_hiera_tiny": ["sam2_hiera_small", "sam2_hiera_base_plus", "sam2_hiera_large", "hieradet_small"],
+    "naflexvit_base_patch16_siglip": ["naflexvit_so400m_patch16_siglip"],  # SigLIP 2: the same tower, wider
 }
 STOOD_FOR = {n for rep, names in STANDS_FOR.items() for n in names if n != rep}
 ALL_NAMES = [n for n in vision_attn.list_models() if n not in STOOD_FOR]

@@ -52,8 +52,13 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope)))
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``attn_mask``: additive, for the attention (padded NaFlex sequences); given only to an
+        attention that takes one (:class:`~vision_attn.layers.attention.Attention`)."""
+        h = self.norm1(x)
+        h = self.attn(h, rope=rope) if attn_mask is None else self.attn(h, rope=rope, attn_mask=attn_mask)
+        x = x + self.drop_path1(self.ls1(h))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 

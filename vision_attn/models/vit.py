@@ -12,11 +12,13 @@ The CLIP and SigLIP towers themselves are registered in :mod:`vision_attn.models
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
@@ -35,8 +37,10 @@ from vision_attn.layers import (
     resample_abs_pos_embed,
     sincos_2d,
 )
+from vision_attn.layers.attention import padding_bias
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva
+from vision_attn.layers.naflex_batch import NaFlexBatch, linear_to_conv_patches
 from vision_attn.layers.patch_embed import to_2tuple
 from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
@@ -47,7 +51,7 @@ from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, dat
 from vision_attn.models.registry import register_model
 
 __all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "dinov3_to_timm",
-           "openai_clip_to_timm",
+           "openai_clip_to_timm", "naflex_to_timm",
            "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
@@ -124,7 +128,7 @@ class VisionTransformer(TimmContract, nn.Module):
         rope_shift: float | None = None,
         rope_jitter: float | None = None,
         rope_rescale: float | None = None,
-        pos_embed_interp: Literal["timm", "transformers"] = "timm",
+        pos_embed_interp: Literal["timm", "transformers", "siglip2"] = "timm",
         pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
         fc_norm: bool | None = None,
@@ -151,7 +155,7 @@ class VisionTransformer(TimmContract, nn.Module):
             raise ConfigError(f"dynamic_img_size={dynamic_img_size!r}: give True or False (any multiple of the patch "
                               "size runs either way)")
         if pos_embed_interp not in POS_EMBED_INTERPS:
-            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {POS_EMBED_INTERPS} (how a "
+            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {tuple(POS_EMBED_INTERPS)} (how a "
                               f"position table is resampled to another grid: timm's or transformers' way)")
         if global_pool not in ("token", "avg", "map"):
             raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
@@ -315,6 +319,9 @@ class VisionTransformer(TimmContract, nn.Module):
         """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added (and ``norm_pre``
         applied), and the grid (h, w); patch tokens selected by ``masks`` (B, h*w) become the mask
         token first."""
+        if isinstance(x, NaFlexBatch):
+            raise ConfigError("a NaFlex batch runs through forward and forward_features (tokens, pooled features); "
+                              "feature maps and intermediates need images (B, C, H, W) of one size")
         x = self.patch_embed(x)  # (B, h, w, D)
         B, h, w, D = x.shape
         x = x.reshape(B, h * w, D)  # (B, h*w, D)
@@ -328,7 +335,7 @@ class VisionTransformer(TimmContract, nn.Module):
         if self.pos_embed is not None:
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
             pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.pos_embed_grid, n_pos_prefix,
-                                         antialias=self.pos_embed_interp == "timm")
+                                         **POS_EMBED_INTERPS[self.pos_embed_interp])
         elif self.pos_embed_kind == "sincos2d":
             pos = self._sincos.get((h, w, D, x.device, x.dtype),
                                    lambda: sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None], x)  # (1, h*w, D)
@@ -341,24 +348,79 @@ class VisionTransformer(TimmContract, nn.Module):
             x = x + pos
         return self.norm_pre(self.pos_drop(x)), (h, w)
 
+    def _embed_patches(self, batch: NaFlexBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A NaFlex batch -> tokens (B, prefix + N, D) with each image's positions added (the table
+        resampled to its own grid, ``pos_embed_interp``'s way; padding takes the first position, as
+        transformers' SigLIP 2 does) and the additive attention mask (B, 1, 1, prefix + N)."""
+        patches, mask, shapes = batch
+        proj = self.patch_embed.proj
+        if self.rope is not None or self.pos_embed_kind not in ("learn", "none") or self.token_sizes is not None:
+            raise ConfigError(f"NaFlex patches need a learned (or no) position table, without token merging; this "
+                              f"model has pos_embed={self.pos_embed_kind!r}")
+        for i, blk in enumerate(self.blocks):
+            if not (_takes(blk, "attn_mask") and _takes(blk.attn, "attn_mask")):
+                raise ConfigError(f"NaFlex patches: block {i} ({type(blk).__name__}) takes no attention mask; "
+                                  f"build the model with block='pre' and the standard attention")
+        weight = proj.weight.permute(0, 2, 3, 1).reshape(proj.out_channels, -1)  # (D, P*P*C): (row, col, channel)
+        if patches.dim() != 3 or patches.shape[-1] != weight.shape[1] or mask.shape != patches.shape[:2] \
+                or shapes.shape != (patches.shape[0], 2):
+            raise DataError(f"NaFlex batch: patches {tuple(patches.shape)}, mask {tuple(mask.shape)}, shapes "
+                            f"{tuple(shapes.shape)}; expected (B, N, {weight.shape[1]}) for patches of "
+                            f"{tuple(self.patch_embed.patch_size)} px x {proj.in_channels} channels, (B, N), (B, 2)")
+        x = self.patch_embed.norm(F.linear(patches.to(weight.dtype), weight, proj.bias))  # (B, N, D)
+        B, N, D = x.shape
+        n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        if self.pos_embed is not None:
+            x = x + self._naflex_pos(shapes, N, n_pos_prefix).to(x.dtype)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if prefix:
+            first = torch.cat(prefix, dim=1)
+            if self.pos_embed is not None and n_pos_prefix:
+                first = first + self.pos_embed[:, :n_pos_prefix]
+            x = torch.cat([first, x], dim=1)
+        keep = torch.cat([mask.new_ones(B, self.num_prefix_tokens), mask], dim=1).to(x.device)
+        return self.norm_pre(self.pos_drop(x)), padding_bias(keep, x.dtype)
+
+    def _naflex_pos(self, shapes: torch.Tensor, length: int, n_prefix: int) -> torch.Tensor:
+        """(B, length, D): image i's rows are the table resampled to its grid (h_i, w_i), then its first row."""
+        table = self.pos_embed[:, n_prefix:]
+        grids = [tuple(g) for g in shapes.tolist()]
+        resized = {g: resample_abs_pos_embed(table, g, self.pos_embed_grid, 0, **POS_EMBED_INTERPS[self.pos_embed_interp])
+                   for g in set(grids)}
+        rows = []
+        for i, (h, w) in enumerate(grids):
+            if h < 1 or w < 1 or h * w > length:
+                raise DataError(f"NaFlex batch: image {i}'s grid {h}x{w} does not fit its {length} positions")
+            r = resized[(h, w)][0]  # (h*w, D)
+            rows.append(torch.cat([r, r[:1].expand(length - h * w, -1)], dim=0))
+        return torch.stack(rows)
+
     def _rope(self, grid: tuple[int, int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return self.rope(grid, x.device, x.dtype) if self.rope is not None else None
 
-    def forward_features(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor | NaFlexBatch, masks: torch.Tensor | None = None) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D); ``masks`` (B, h*w), boolean,
-        replaces those patch tokens by the mask token (``mask_token=True``)."""
+        replaces those patch tokens by the mask token (``mask_token=True``). A
+        :class:`~vision_attn.data.naflex.NaFlexBatch` -> (B, prefix + N, D), attention kept off the padding."""
+        if isinstance(x, NaFlexBatch):
+            x, bias = self._embed_patches(x)
+            return self.norm(run_blocks(self, self.blocks, x, attn_mask=bias))
         if self.token_sizes is not None:
             self.token_sizes.reset()
         x, grid = self._embed(x, masks)
         return self.norm(run_blocks(self, self.blocks, x, rope=self._rope(grid, x)))
 
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, D): the class token, the mean of the patch tokens, or the attention
-        pool over the patch tokens (``"map"``)."""
+        pool over the patch tokens (``"map"``); ``mask`` (B, patch tokens), boolean: the real patches
+        of a NaFlex batch (the padding is left out)."""
         if not self.global_pool:
             return x
         if self.global_pool == "map":
-            return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
+            return self.attn_pool(x[:, self.num_prefix_tokens:], mask) if self.attn_pool is not None else x  # pruned: tokens
+        if self.global_pool == "avg" and mask is not None:
+            keep = mask.to(x.dtype).unsqueeze(-1)  # (B, N, 1)
+            return (x[:, self.num_prefix_tokens:] * keep).sum(dim=1) / keep.sum(dim=1)
         if self.global_pool == "avg":
             size = self.token_sizes.size if self.token_sizes is not None else None
             if size is not None:  # merged tokens: each weighs the patches it stands for
@@ -366,8 +428,10 @@ class VisionTransformer(TimmContract, nn.Module):
             return x[:, self.num_prefix_tokens:].mean(dim=1)
         return x[:, 0]
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (B, N, D) -> logits (B, num_classes), or pooled features (B, D) with ``pre_logits``."""
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
+                     mask: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (B, N, D) -> logits (B, num_classes), or pooled features (B, D) with ``pre_logits``;
+        ``mask``: a NaFlex batch's (see :meth:`pool`)."""
         if self.distilled:
             x, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
@@ -376,10 +440,14 @@ class VisionTransformer(TimmContract, nn.Module):
             if self.training and self.distilled_training:
                 return x, x_dist
             return (x + x_dist) / 2
-        x = self.head_drop(self.fc_norm(self.pool(x)))
+        x = self.head_drop(self.fc_norm(self.pool(x, mask)))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor | NaFlexBatch) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, C, H, W), or a :class:`~vision_attn.data.naflex.NaFlexBatch` of patch sequences
+        (each image at its own aspect ratio, padded, with its mask) -> logits (or pooled features)."""
+        if isinstance(x, NaFlexBatch):
+            return self.forward_head(self.forward_features(x), mask=x.mask.to(x.patches.device))
         return self.forward_head(self.forward_features(x))
 
     # ---------------------------------------------------------------- timm's contract: one level a block
@@ -441,6 +509,8 @@ class VisionTransformer(TimmContract, nn.Module):
         elif "storage_tokens" in state_dict:  # official DINOv3 (before DINOv2's test: it has a mask token too)
             q_bias = any(k.endswith("attn.q_bias") for k in self.state_dict())
             state_dict = dinov3_to_timm(state_dict, q_bias=q_bias, keep_mask_token=self.mask_token is not None)
+        elif "embeds.proj.weight" in state_dict:  # timm's NaFlex ViT (SigLIP 2)
+            state_dict = naflex_to_timm(state_dict, self.patch_embed.proj.in_channels)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -453,8 +523,36 @@ class VisionTransformer(TimmContract, nn.Module):
             side = math.isqrt(max(n_grid, 0))
             if side * side == n_grid and pos.shape[-1] == self.embed_dim:
                 state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.pos_embed_grid, (side, side), n_prefix,
-                                                                 antialias=self.pos_embed_interp == "timm")
+                                                                 **POS_EMBED_INTERPS[self.pos_embed_interp])
         return state_dict
+
+
+# timm's NaFlex ViT (timm/models/naflexvit.py, SigLIP 2): the embeddings under ``embeds.``, the rest
+# timm's ViT keys as they are:
+#   embeds.proj (D, P*P*C), a Linear over (row, column, channel) patches -> patch_embed.proj (D, C, P, P)
+#   embeds.pos_embed (1, h, w, D)                                       -> pos_embed (1, h*w, D)
+# Refused by key: its other embeddings (a class or register token's, a norm: RADIO's variants).
+def naflex_to_timm(state_dict: dict[str, torch.Tensor], in_chans: int) -> dict[str, torch.Tensor]:
+    """Map timm's NaFlex ViT state dict (see above) to our keys."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key == "embeds.proj.weight":
+            out["patch_embed.proj.weight"] = linear_to_conv_patches(value, in_chans, f"timm NaFlex checkpoint: {key}")
+        elif key == "embeds.proj.bias":
+            out["patch_embed.proj.bias"] = value
+        elif key == "embeds.pos_embed":
+            out["pos_embed"] = value.reshape(1, -1, value.shape[-1])
+        elif key.startswith("embeds."):
+            raise CheckpointError(f"timm NaFlex checkpoint: key {key!r} is an embedding option vision_attn's SigLIP 2 "
+                                  f"ViT does not have")
+        else:
+            out[key] = value
+    return out
+
+
+def _takes(module: nn.Module, name: str) -> bool:
+    """Whether ``module``'s forward takes the keyword ``name``."""
+    return name in inspect.signature(module.forward).parameters
 
 
 # ------------------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "ignored_files": datamodule.splits.ignored,
         "skipped_bad_images": len(datamodule.splits.bad),
         "img_size": cfg.data.img_size,
+        **({"naflex": {"max_patches": cfg.data.naflex, "patch": cfg.data.naflex_patch}} if cfg.data.naflex else {}),
         "val_top1": metric_value(cm, "val/top1"),
         "val_top5": metric_value(cm, "val/top5"),
         "val_loss": metric_value(cm, "val/loss"),
