@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-TASK_NAMES = ("cls", "det", "seg")
+TASK_NAMES = ("cls", "det", "seg", "pose", "obb")
 """The built-in tasks of the registry (vision_attn.tasks.TASKS; a test keeps them registered), named here so
 that `--help` imports no torch. The commands take any registered task's name (vision_attn.tasks.register_task):
 the registry checks it."""
-TASK_HELP = ("cls: image classification; det: object detection; seg: instance segmentation (or a task added with "
+TASK_HELP = ("cls: image classification; det: object detection; seg: instance segmentation; pose: keypoints; "
+             "obb: oriented boxes (or a task added with "
              "vision_attn.tasks.register_task)")
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 

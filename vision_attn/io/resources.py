@@ -24,9 +24,9 @@ from typing import Iterable, Literal
 __all__ = ["Kind", "ShippedConfig", "configs_root", "shipped_configs", "find_shipped", "resolve_path",
            "without_scale", "KINDS", "training_config"]
 
-Kind = Literal["model", "cls", "det", "seg"]
+Kind = Literal["model", "cls", "det", "seg", "pose", "obb"]
 KINDS: dict[str, tuple[str, ...]] = {"model": ("models",), "cls": ("train", "classify"), "det": ("train", "detect"),
-                                 "seg": ("train", "segment")}
+                                 "seg": ("train", "segment"), "pose": ("train", "pose"), "obb": ("train", "obb")}
 """Each kind of shipped config and its folder under ``configs/``."""
 YAML_SUFFIXES = (".yaml", ".yml")
 _SCALE_IN_NAME = re.compile(r"yolo(?:e-)?v?\d+([nslmx])(?![a-z0-9])")  # ultralytics' rule (PEER_FACTS.md)
