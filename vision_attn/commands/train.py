@@ -1,4 +1,4 @@
-"""``vision-attn train cls|det|seg --config NAME [--section.key value ...]``: parsing and printing only;
+"""``vision-attn train cls|det|seg|pose|obb --config NAME [--section.key value ...]``: parsing and printing only;
 the work is :func:`vision_attn.tasks.train` of the task named (see :mod:`vision_attn.tasks.registry`)."""
 from __future__ import annotations
 
@@ -67,10 +67,11 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``train``."""
-    p = sub.add_parser("train", help="train a model: `train cls|det|seg --config NAME` (`vision-attn configs` lists them)",
+    p = sub.add_parser("train", help=f"train a model: `train {'|'.join(TASK_NAMES)} --config NAME` (`vision-attn configs` lists them)",
                        description="Train a classifier (cls) on ImageNet-style folders, a YOLO-style detector (det) "
-                       "on COCO json / YOLO txt data or a YOLO-style instance-segmentation model (seg) on COCO "
-                       "segmentations / YOLO polygon labels with PyTorch Lightning. --config takes a file or a shipped "
+                       "on COCO json / YOLO txt data, a YOLO-style instance-segmentation model (seg) on COCO "
+                       "segmentations / YOLO polygon labels, a keypoint model (pose) on YOLO keypoint labels / COCO "
+                       "keypoints or an oriented-box model (obb) on DOTA-style labels with PyTorch Lightning. --config takes a file or a shipped "
                        "name (demo_digits, demo_digit_boxes, demo_digit_masks; `vision-attn configs`). `vision-attn train cls --help` "
                        "(or `train det --help`) lists every config key.")
     p.add_argument("task", help=TASK_HELP)

@@ -60,11 +60,12 @@ class ShippedConfig:
         return ""
 
 
-def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> list[ShippedConfig]:
-    """The shipped configs whose name matches the shell-style ``pattern``, by kind, then name."""
+def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] | None = None) -> list[ShippedConfig]:
+    """The shipped configs whose name matches the shell-style ``pattern``, by kind (default: every kind of
+    :data:`KINDS`), then name."""
     root = configs_root()
     out = []
-    for kind in kinds:
+    for kind in kinds if kinds is not None else tuple(KINDS):
         folder = root.joinpath(*KINDS[kind])
         for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
             if fnmatch.fnmatch(path.stem, pattern) or fnmatch.fnmatch(path.name, pattern):
@@ -81,8 +82,9 @@ def without_scale(name: str) -> tuple[str, str | None]:
     return str(p.with_name(p.stem[: m.start(1)] + p.stem[m.end(1):] + p.suffix)), m.group(1)
 
 
-def find_shipped(name: str, kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> Path | None:
-    """The shipped file called ``name`` (with or without ``.yaml``; ``yolov8n.yaml`` finds ``yolov8.yaml``)."""
+def find_shipped(name: str, kinds: Iterable[Kind] | None = None) -> Path | None:
+    """The shipped file called ``name`` (with or without ``.yaml``; ``yolov8n.yaml`` finds ``yolov8.yaml``)
+    among the ``kinds`` (default: all)."""
     if not name or os.sep in name or "/" in name:
         return None
     stem = Path(name).stem if name.lower().endswith(YAML_SUFFIXES) else name
