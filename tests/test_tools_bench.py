@@ -95,5 +95,6 @@ def test_suites_have_no_parser_of_their_own():
     suites_dir = ROOT / "tools" / "suites"
     assert not [p.name for p in suites_dir.glob("*.py") if "argparse" in p.read_text()]
     scripts = sorted(p.name for p in (ROOT / "tools").iterdir() if p.suffix in (".py", ".sh"))
-    assert scripts == ["bench.py", "finetune_ultralytics_det.sh", "peer_ultralytics_det.py", "ultralytics_env.py"]
-    assert "argparse" not in (ROOT / "tools" / "ultralytics_env.py").read_text()
+    assert scripts == ["bench.py", "chromium_page.py", "finetune_ultralytics_det.sh", "peer_ultralytics_det.py",
+                       "ultralytics_env.py"]
+    assert not [s for s in ("ultralytics_env.py", "chromium_page.py") if "argparse" in (ROOT / "tools" / s).read_text()]

@@ -55,6 +55,22 @@ def test_matches_hand_count(img_size, batch):
     assert report.params == 5_910_800  # the variant keeps its parameters at any input size
 
 
+@pytest.mark.parametrize("img_size", [224, (160, 288)])
+def test_dinov3_rotary_vit_is_the_hand_count_over_its_registers(img_size):
+    """The rotary embedding is element-wise (no MACs): DINOv3 ViT-S/16 counts as a ViT over the class
+    token, 4 registers and the patches, without a head, at any size."""
+    h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
+    patches = (h // 16) * (w // 16)
+    report = count_model_flops("vit_small_patch16_dinov3", img_size)
+    assert report.macs == vit_macs(patches + 5, patches, 384, 12, 16, heads=0)
+    assert report.params == 21_586_944
+
+
+def test_convnext_tiny_is_timms_published_figure():
+    report = count_model_flops("convnext_tiny")
+    assert report.gmacs == pytest.approx(4.47, rel=0.01) and report.params == 28_589_128
+
+
 def test_timm_fused_attention_is_counted():
     timm = pytest.importorskip("timm")
     peer = timm.create_model("vit_small_patch16_224").eval()  # fused SDPA on the CPU, real tensors

@@ -47,7 +47,7 @@ LAYOUTS = [x4, x4_cl, x4_perm, x4_sliced, x3_t, x2_exp, meta(7), meta()]
 
 
 @pytest.mark.parametrize("name", ["gelu", "silu", "sigmoid", "tanh", "relu", "hardswish", "hardsigmoid", "exp",
-                                  "sqrt", "rsqrt", "neg", "erf"])
+                                  "sqrt", "rsqrt", "neg", "erf", "cos", "sin"])
 @pytest.mark.parametrize("x", LAYOUTS, ids=range(len(LAYOUTS)))
 def test_unary(name, x):
     assert_like_torch(getattr(aten, name).default, x)
@@ -147,6 +147,18 @@ def test_normalisation_pooling_resampling_joining():
     assert_like_torch(aten.stack.default, [meta(2, 4, 7), meta(2, 4, 7)], 1)
     assert_like_torch(aten.stack.default, [x2_exp, meta(3, 5)], 0)
     assert_like_torch(aten.stack.default, [meta(3, 2), meta(3, 2)], -1)
+    q = meta(2, 196, 3, 6, 64).permute(2, 0, 3, 1, 4)[0]  # a query of packed qkv, (B, heads, N, d)
+    x1, x2 = q.chunk(2, dim=-1)
+    assert_like_torch(aten.cat.default, [-x2, x1], -1)  # rotate-half (DINOv3)
+    assert_like_torch(aten.stack.default, [-q[..., 1::2], q[..., ::2]], -1)  # interleaved pairs (EVA-02)
+    assert RULES[aten.cat.default]([x4_perm, x4_perm], 1) is NotImplemented  # channels-last suggested: torch
+    assert_like_torch(aten.cat.default, [x4_perm, x4], 1)  # mixed: the standard order
+    assert_like_torch(aten.stack.default, [x4_sliced, x4_sliced], 2)
+    assert_like_torch(aten.pow.Scalar, 100.0, meta(16))  # rotary periods
+    assert_like_torch(aten.pow.Scalar, 2, x3_t)
+    assert_like_torch(aten.mean.dim, x4, [2, 3], True)  # a global average pool
+    assert_like_torch(aten.mean.dim, x4, [-1])
+    assert_like_torch(aten.mean.dim, meta(2, 197, 192), [1])
 
 
 @pytest.mark.parametrize("func, args", [
@@ -183,7 +195,7 @@ def torch_meta_kernels(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224",
-                                  "swin_tiny_patch4_window7_224"])
+                                  "swin_tiny_patch4_window7_224", "vit_small_patch16_dinov3", "convnext_atto"])
 def test_counts_equal_torchs_counter(name, request):
     ours = count_model_flops(name, depth=3)
     request.getfixturevalue("torch_meta_kernels")

@@ -107,3 +107,19 @@ def test_token_merging_trains_and_exports(tmp_path):
     x = torch.randn(3, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(run_onnx(onnx_session(path), x)[0], model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_merging_is_switched_on_and_off_in_place():
+    torch.manual_seed(0)
+    kwargs = dict(img_size=32, depth=2, embed_dim=32, num_heads=2, num_classes=3)
+    model = vision_attn.create_model("vit_tiny_patch16_224", **kwargs).eval()
+    built = vision_attn.create_model("vit_tiny_patch16_224", token_merging=1, **kwargs).eval()
+    built.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 32, 32)
+    plain = model(x)
+    model.set_token_merging(1)  # a trained plain model, merging from now on
+    torch.testing.assert_close(model(x), built(x))
+    model.set_token_merging(0)
+    torch.testing.assert_close(model(x), plain)
+    with pytest.raises(ConfigError, match="token_merging=-1"):
+        model.set_token_merging(-1)

@@ -9,7 +9,7 @@ import torch
 
 import vision_attn
 
-from .peer_weights import randomise
+from .peer_weights import assert_built_like_timm, assert_like_timm, randomise
 
 NAMES = ["eva02_tiny_patch14_224", "eva02_small_patch14_224", "eva02_base_patch14_224"]
 # 2 blocks of width 48 (3 heads of 16 channels), 56 px: a 4x4 grid (timm's rope stays scaled to 16x16)
@@ -18,13 +18,7 @@ SMALL = dict(depth=2, embed_dim=48, num_heads=3, img_size=56, num_classes=5)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_keys_parameter_counts_and_configuration_are_timms(name):
-    with torch.device("meta"):
-        ours, theirs = vision_attn.create_model(name), timm.create_model(name, pretrained=False)
-    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
-    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
-    assert (ours.num_classes, ours.num_features) == (theirs.num_classes, theirs.num_features)
-    for field in ("input_size", "interpolation", "crop_pct", "mean", "std", "num_classes", "first_conv"):
-        assert ours.pretrained_cfg[field] == theirs.pretrained_cfg[field], field
+    assert_built_like_timm(name)
 
 
 @pytest.mark.parametrize("name", ["eva02_tiny_patch14_224", "eva02_base_patch14_224"])  # fused / separate + sub-LN
@@ -33,16 +27,7 @@ def test_timm_file_same_outputs_at_two_sizes(tmp_path, name):
     path = tmp_path / "eva.pth"
     torch.save(peer.state_dict(), path)
     ours = vision_attn.create_model(name, pretrained=path, **SMALL).eval()
-    for size in [(56, 56), (42, 70)]:  # the file's grid, and another (3x5)
-        x = torch.randn(2, 3, *size)
-        with torch.no_grad():
-            torch.testing.assert_close(ours(x), peer(x), atol=1e-4, rtol=0)
-            torch.testing.assert_close(ours.forward_features(x), peer.forward_features(x), atol=1e-4, rtol=0)
-            final, maps = ours.forward_intermediates(x, indices=2)
-            peer_final, peer_maps = peer.forward_intermediates(x, indices=2)
-        torch.testing.assert_close(final, peer_final, atol=1e-4, rtol=0)
-        for a, b in zip(maps, peer_maps, strict=True):
-            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+    assert_like_timm(ours, peer, [(56, 56), (42, 70)])  # the file's grid, and another (3x5)
 
 
 def test_features_only_maps_are_timms(tmp_path):

@@ -14,7 +14,10 @@ from torchvision.models.feature_extraction import create_feature_extractor, get_
 import vision_attn
 from vision_attn import ConfigError
 from vision_attn.models.features import FeatureModule
+from vision_attn.models.convnext import ConvNeXt
+from vision_attn.models.hiera import Hiera
 from vision_attn.models.resnet import ResNet
+from vision_attn.models.sam2_hiera import HieraDet
 from vision_attn.models.swin import SwinTransformer
 from vision_attn.models.vit import VisionTransformer
 
@@ -38,8 +41,10 @@ def _as_map(model: torch.nn.Module, features: torch.Tensor, x: torch.Tensor) -> 
         tokens = features[:, model.num_prefix_tokens:]
         p = model.patch_embed.patch_size
         return tokens.reshape(tokens.shape[0], x.shape[2] // p[0], x.shape[3] // p[1], -1).permute(0, 3, 1, 2)
-    if isinstance(model, SwinTransformer):
+    if isinstance(model, (SwinTransformer, HieraDet)):
         return features.permute(0, 3, 1, 2)
+    if isinstance(model, Hiera):  # the last stage's tokens, in raster order once every pooling is done
+        return model.rolled(features, len(model.feature_info) - 1).permute(0, 3, 1, 2)
     return features
 
 
@@ -151,8 +156,11 @@ def test_torchvision_feature_extractor_gives_the_levels(name):
         if isinstance(model, VisionTransformer):  # block outputs: tokens, the prefix first
             want = model.forward_intermediates(x, output_fmt="NLC", intermediates_only=True)
             got = {k: v[:, model.num_prefix_tokens:] for k, v in got.items()}
-        elif isinstance(model, SwinTransformer):  # stage outputs, NHWC
+        elif isinstance(model, (SwinTransformer, HieraDet)):  # stage outputs, NHWC
             want = model.forward_intermediates(x, output_fmt="NHWC", intermediates_only=True)
+        elif isinstance(model, Hiera):  # stage outputs: unrolled tokens, rolled back here
+            want = model.forward_intermediates(x, output_fmt="NHWC", intermediates_only=True)
+            got = {k: model.rolled(v, int(k)) for k, v in got.items()}
         else:
             want = model.forward_intermediates(x, intermediates_only=True)
     assert list(got) == [str(i) for i in range(len(modules))]
@@ -268,5 +276,6 @@ def test_feature_norm_applies_the_final_norm():
 
 
 def test_the_families_cover_the_registry():
-    assert {family(n) for n in ALL_NAMES} >= {VisionTransformer, SwinTransformer, ResNet}
-    assert all(issubclass(family(n), (VisionTransformer, SwinTransformer, ResNet)) for n in ALL_NAMES)
+    families = (VisionTransformer, SwinTransformer, ResNet, ConvNeXt)
+    assert {family(n) for n in ALL_NAMES} >= set(families)
+    assert all(issubclass(family(n), families) for n in ALL_NAMES)

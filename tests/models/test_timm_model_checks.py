@@ -17,6 +17,7 @@ import timm
 import torch
 
 import vision_attn
+from vision_attn.models.hiera import Hiera
 from vision_attn.models.vit import VisionTransformer
 
 from .small import ALL_NAMES, family, input_sizes, small_kwargs
@@ -93,7 +94,7 @@ def _small(name: str, **extra) -> dict:
 def test_timm_model_checks(name):
     model = vision_attn.create_model(name, **_small(name)).eval()
     x = _input(model, name)
-    if issubclass(family(name), VisionTransformer):  # timm's NON_STD_FILTERS: vit_*, deit*, ...
+    if issubclass(family(name), (VisionTransformer, Hiera)):  # timm's NON_STD_FILTERS: vit_*, deit*, hiera_*, ...
         check_default_cfgs_non_std(model, lambda: vision_attn.create_model(name, **_small(name, num_classes=0)), x)
     else:
         check_default_cfgs(model, x)

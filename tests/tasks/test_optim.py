@@ -6,6 +6,7 @@ import torch
 
 from vision_attn import create_model
 from vision_attn.optimizers import OPTIMIZERS
+from vision_attn.tasks.classify.network import pretrained_normalisation
 from vision_attn.tasks.optim import (build_optimizer, fused_step_applies, layer_ids, lightning_clips_under_autocast,
                                     param_groups)
 
@@ -135,3 +136,18 @@ def test_a_resumed_state_keeps_the_step_the_optimizer_was_built_with():
     refusing.load_state_dict(resumed.state_dict())
     assert not refusing.param_groups[0]["fused"] and len(refusing.state) == 1
     refusing.step()
+
+
+@pytest.mark.parametrize("name, kwargs, first_block", [
+    ("convnext_atto", dict(depths=(1, 1, 2, 1), dims=(16, 24, 32, 40), num_classes=5), "stages.0.blocks.0.conv_dw.weight"),
+    ("vit_small_patch16_dinov3", dict(depth=2, embed_dim=48, num_heads=3, num_classes=5), "blocks.0.gamma_1")])
+def test_layer_decay_and_normalisation_of_dinov3_and_convnext(name, kwargs, first_block):
+    """Fine-tuning: the stem learns slowest, each block faster, the head at the full rate; the images are
+    normalised as the name's weights were (ImageNet's mean and std)."""
+    model = create_model(name, **kwargs)
+    scales = {n: g["lr_scale"] for g in param_groups(model, weight_decay=0.05, layer_decay=0.5) for n in g["param_names"]}
+    stem = "stem.0.weight" if "convnext" in name else "patch_embed.proj.weight"
+    depth = sum(kwargs["depths"]) if "depths" in kwargs else kwargs["depth"]
+    assert scales[stem] == 0.5 ** (depth + 1) and scales[first_block] == 0.5 ** depth
+    assert max(scales.values()) == 1.0 == scales[[n for n in scales if n.startswith("head")][0]]
+    assert pretrained_normalisation(name, "weights.pth") == {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}

@@ -1,4 +1,4 @@
-"""The task protocol holds: ``commands/``, ``export/``, ``ablation/`` and ``analysis/`` ask the task record
+"""The task protocol holds: ``commands/``, ``export/``, ``ablation/``, ``search/`` and ``analysis/`` ask the task record
 (vision_attn/tasks/task.py) and never compare task names, dispatch on a dict keyed by them, or test a
 concrete loss or head class with ``isinstance`` (ARCHITECTURE.md, "Tasks")."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from vision_attn.export.outputs import OUTPUTS
 from vision_attn.tasks import TASKS
 
 ROOT = Path(vision_attn.__file__).parent
-ASKERS = ("commands", "export", "ablation", "analysis")
+ASKERS = ("commands", "export", "ablation", "search", "analysis")
 HEAD_MODULES = ("detect", "segment", "pose", "obb", "classify", "rtdetr_decoder", "v10")
 
 

@@ -27,7 +27,7 @@ from vision_attn.ablation.plan import AblationPlan, RunSpec
 from vision_attn.errors import ConfigError, TrainingStopped
 from vision_attn.tasks.signals import StopRequest
 
-__all__ = ["RunState", "run_state", "run_ablation", "print_commands", "progress_table"]
+__all__ = ["RunState", "run_state", "resume_args", "run_ablation", "print_commands", "progress_table"]
 
 Echo = Callable[[str], None]
 
@@ -50,7 +50,7 @@ def run_state(spec: RunSpec) -> str:
     return "new"
 
 
-def _resume_args(spec: RunSpec, status: str) -> list[str]:
+def resume_args(spec: RunSpec, status: str) -> list[str]:
     if status == "stopped":
         return ["--resume", "true"]
     return ["--overwrite", "true"] if spec.folder.exists() else []  # a folder a killed run left before any checkpoint
@@ -62,7 +62,7 @@ def print_commands(plan: AblationPlan, threads: int | None = None) -> list[str]:
     for spec in plan.runs(threads):
         status = run_state(spec)
         if status != "done":
-            lines.append(shlex.join(["vision-attn", "train", plan.task, *spec.args, *_resume_args(spec, status)]))
+            lines.append(shlex.join(["vision-attn", "train", plan.task, *spec.args, *resume_args(spec, status)]))
     return lines
 
 
@@ -109,7 +109,7 @@ def run_ablation(plan: AblationPlan, *, jobs: int = 1, echo: Echo = print,
         if status == "done":
             return RunState(spec, "done")
         log = logs / f"{spec.name}.log"
-        cmd = plan.command(spec) + _resume_args(spec, status)
+        cmd = plan.command(spec) + resume_args(spec, status)
         start = time.perf_counter()
         with open(log, "a") as out:
             with lock:  # under the lock: a stop request either finds this process or prevents it

@@ -36,7 +36,8 @@ from vision_attn.models.yolo.editor import insert_attention_file, attention_row_
 from vision_attn.models.yolo.modules import MODULES
 from vision_attn.tasks.registry import TASKS, get_task, task_of_config
 
-__all__ = ["AblationPlan", "RunSpec", "SITES", "PLAN_FILE", "make_plan", "read_plan"]
+__all__ = ["AblationPlan", "RunSpec", "SITES", "PLAN_FILE", "make_plan", "read_plan", "read_config", "canonical_blocks",
+           "detector_variants", "classifier_variants"]
 
 PLAN_FILE = "ablation_plan.json"
 SITES = ("backbone", "neck", "all")
@@ -114,7 +115,7 @@ def _hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
+def read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
     """The training config's file, task (a shipped config's folder, else its keys: see
     :func:`vision_attn.tasks.registry.task_of_config`) and contents."""
     path = Path(config).expanduser()
@@ -137,7 +138,7 @@ def _read_config(config: str) -> tuple[Path, str, dict[str, Any]]:
     return path.resolve(), task, data
 
 
-def _blocks(blocks: Sequence[str], task: str) -> list[str]:
+def canonical_blocks(blocks: Sequence[str], task: str) -> list[str]:
     """``none`` first, then each block once by its canonical name; an unknown name suggests close ones."""
     out = ["none"]
     for b in blocks:
@@ -174,8 +175,10 @@ def _default_after(rows: list[list[Any]], section: str, n_backbone: int) -> str:
     return counts.most_common(1)[0][0]
 
 
-def _detector_variants(cfg: dict[str, Any], config: Path, blocks: list[str], sites: str, after: str | None,
-                       folder: Path) -> tuple[dict[str, list[str]], str | None]:
+def detector_variants(cfg: dict[str, Any], config: Path, blocks: list[str], sites: str, after: str | None,
+                       folder: Path, *, reuse: bool = False) -> tuple[dict[str, list[str]], str | None]:
+    """The variants' arguments, each block's edited YAML written to ``folder/variants/`` (``reuse``: a YAML
+    already there, written by this edit before, is kept: the edit and its build checks are not repeated)."""
     model = cfg["model"]
     source = resolve_path(str(model["yaml"]), base=config.parent, kinds=("model",))
     if source is None or not source.is_file():
@@ -199,14 +202,15 @@ def _detector_variants(cfg: dict[str, Any], config: Path, blocks: list[str], sit
     for block in blocks[1:]:
         out = folder / "variants" / f"{block.lower()}.yaml"
         try:
-            insert_attention_file(source, out, block, after=after, at=at, section=section)
+            if not (reuse and out.is_file()):
+                insert_attention_file(source, out, block, after=after, at=at, section=section)
         except ConfigError as e:
             raise ConfigError(f"--sites {sites}: {e}") from None
         variants[block.lower()] = ["--model.yaml", str(out.resolve()), *scale_args]
     return variants, after
 
 
-def _classifier_variants(cfg: dict[str, Any], blocks: list[str], sites: str,
+def classifier_variants(cfg: dict[str, Any], blocks: list[str], sites: str,
                          after: str | None) -> tuple[dict[str, list[str]], str | None]:
     if sites == "neck":
         raise ConfigError("--sites neck: a classifier has no neck; use backbone or all (every residual block), "
@@ -252,11 +256,11 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
         raise ConfigError(f"--seeds {seeds}: give at least 1 (3 or more for a confidence interval worth reading)")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs {epochs}: give at least 1")
-    path, task, cfg = _read_config(config)
+    path, task, cfg = read_config(config)
     if get_task(task).insertion is None:
         raise ConfigError(f"--config {config}: the {task} task says nowhere to insert attention (Task.insertion); "
                           "ablate a classifier or detector config")
-    blocks = _blocks(blocks, task)
+    blocks = canonical_blocks(blocks, task)
     name = name or f"ablate_{path.stem}"
     folder = Path(runs_dir) / name
     plan = AblationPlan(name=name, task=task, config=str(path), config_sha256=_hash(path), blocks=blocks,
@@ -276,9 +280,9 @@ def make_plan(config: str, blocks: Sequence[str], *, seeds: int, name: str | Non
     created = not folder.exists()
     try:
         if get_task(task).insertion == "yaml":
-            plan.variants, plan.where = _detector_variants(cfg, path, blocks, sites, after, folder)
+            plan.variants, plan.where = detector_variants(cfg, path, blocks, sites, after, folder)
         else:
-            plan.variants, plan.where = _classifier_variants(cfg, blocks, sites, after)
+            plan.variants, plan.where = classifier_variants(cfg, blocks, sites, after)
         write_json(existing, plan.to_json(), mkdir=True)
     except BaseException:
         if created:  # a refused ablation leaves nothing behind

@@ -1,8 +1,9 @@
 """An ablation's report, from the run folders that exist: per variant the mean and standard deviation over
 seeds of the task's metrics, parameters, GMACs, latency at batch 1 and training time; the paired
 difference of each metric against ``none`` with its 95% confidence interval and a plain sentence; written
-as ``ablation.json`` (every number), ``ablation.md``, ``ablation.csv`` and ``ablation.png`` (the first
-metric against GMACs, error bars one standard deviation).
+as ``ablation.json`` (every number), ``ablation.md``, ``ablation.csv``, ``ablation.png`` (the first
+metric against GMACs, error bars one standard deviation) and ``report.html`` (all of it and the runs'
+curves and figures on one self-contained page).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from matplotlib.ticker import MaxNLocator
 from vision_attn.ablation.plan import AblationPlan
 from vision_attn.ablation.stats import PairedDifference, Summary, paired_difference, summarise
 from vision_attn.analysis.compare import compare, read_run_metrics
+from vision_attn.analysis.report import write_html_report
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure, write_json, write_text
 from vision_attn.tasks.registry import get_task
@@ -181,11 +183,14 @@ def _plot(report: AblationReport, path: Path) -> Path:
 
 
 def write_report(report: AblationReport) -> dict[str, Path]:
-    """``ablation.json``, ``.md``, ``.csv`` and ``.png`` in the ablation's folder (each written atomically)."""
+    """``ablation.json``, ``.md``, ``.csv`` and ``.png`` in the ablation's folder (each written atomically),
+    then ``report.html``: the whole ablation on one page (:func:`vision_attn.analysis.report.write_html_report`)."""
     folder = report.plan.folder
-    return {
+    files = {
         "json": write_json(folder / "ablation.json", report.to_dict()),
         "markdown": write_text(folder / "ablation.md", report.markdown()),
         "csv": write_text(folder / "ablation.csv", report.csv()),
         "plot": _plot(report, folder / "ablation.png"),
     }
+    files["html"] = write_html_report([folder], folder / "report.html").path
+    return files

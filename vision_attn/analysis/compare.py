@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vision_attn.analysis.benchmark import benchmark_models
 from vision_attn.analysis.flops import count_flops
@@ -22,7 +22,10 @@ from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure
 from vision_attn.io.json import read_json
 
-__all__ = ["CompareRow", "METRIC_KEYS", "compare", "pareto_front", "plot_compare", "read_run_metrics"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["CompareRow", "METRIC_KEYS", "compare", "compare_figure", "pareto_front", "plot_compare", "read_run_metrics"]
 
 METRIC_KEYS = (("val_top1", "top-1"), ("best_val_top1", "top-1"), ("val_map", "mAP"), ("map", "mAP"),
                ("val_map50", "mAP50"), ("map50", "mAP50"))
@@ -127,6 +130,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def plot_compare(rows: Sequence[CompareRow], path: str | os.PathLike) -> Path:
     """Accuracy (or mAP) against GMACs, point area by parameters, the Pareto front marked; a PNG."""
+    return save_figure(compare_figure(rows), path)
+
+
+def compare_figure(rows: Sequence[CompareRow]) -> "Figure":
+    """The figure of :func:`plot_compare` (a DataError when no row has a metric)."""
     from matplotlib.figure import Figure
 
 
@@ -152,4 +160,4 @@ def plot_compare(rows: Sequence[CompareRow], path: str | os.PathLike) -> Path:
     ax.grid(alpha=0.3)
     ax.margins(0.15)
     ax.legend(loc="lower right", fontsize=8)
-    return save_figure(fig, path)
+    return fig

@@ -12,8 +12,8 @@ in ``torch._disable_dynamo`` as well.
 
 :class:`MetaShapes` is a ``TorchDispatchMode`` (opted out of that wrapping) that answers the
 operations a vision model's construction and forward pass run on meta tensors (factories and
-initialisers, elementwise arithmetic and activations, convolution, matrix products, normalisation,
-pooling, nearest upsampling, softmax, concatenation, the CPU's fused attention) from their shape
+initialisers, elementwise arithmetic and activations, the rotary tables' powers, cosines and sines,
+convolution, matrix products, normalisation, pooling (a global mean included), nearest upsampling, softmax, concatenation, the CPU's fused attention) from their shape
 formulas: torch's shapes and dtypes, and its strides on every dimension longer than 1 (the stride of
 a dimension of length 1 never changes what a later view does; tests/analysis/test_meta_shapes.py
 compares them with torch's meta kernels). An operation without a rule, or a case outside a rule's
@@ -410,18 +410,47 @@ def _unsafe_index(self: torch.Tensor, indices: Sequence[torch.Tensor | None]) ->
     return _empty((*self.shape[:lead], *shape), self.dtype)
 
 
+def _channels_last_like(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether 4-D (5-D) strides suggest channels-last (channels-last-3d): c10's
+    ``is_channels_last_strides_2d`` (``_3d``), strides rising in the order C, W, H, N (C, W, H, D, N),
+    the ambiguous cases the standard order."""
+    order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(len(shape))
+    if order is None or strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if shape[d] == 0 or strides[d] < low or (d == 0 and low == strides[1]):
+            return False
+        low = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return True
+
+
+def _joined_layout(t: torch.Tensor, dim: int, new_dim: bool) -> tuple[Sequence[int], Sequence[int]]:
+    """(shape, strides) of ``t`` as ``cat`` sees it: ``stack`` concatenates the inputs unsqueezed at ``dim``."""
+    if not new_dim:
+        return t.shape, t.stride()
+    stride = t.stride(dim) * t.shape[dim] if dim < t.dim() else 1
+    return (*t.shape[:dim], 1, *t.shape[dim:]), (*t.stride()[:dim], stride, *t.stride()[dim:])
+
+
 def _join(tensors: Sequence[torch.Tensor], dim: int, new_dim: bool) -> Any:
     """``cat`` (``new_dim`` False) or ``stack`` of tensors of one dtype and rank: contiguous, which is
-    torch's choice below 4 dimensions and, from 4, when the inputs are contiguous and not also
-    channels-last (otherwise torch may choose channels-last, and its kernel runs)."""
+    torch's choice below 4 dimensions; from 4, when the inputs are contiguous and not also
+    channels-last, or (4-D and 5-D results) when any input's strides do not suggest channels-last
+    (a rotary embedding's halves and pairs: torch's ``cat_compute_output_memory_format``, ``stack``
+    being ``cat`` of the inputs unsqueezed); otherwise torch may choose channels-last, and its kernel
+    runs."""
     if not tensors or not all(_plain(t) for t in tensors):
         return NotImplemented
     first = tensors[0]
     if any(t.dtype != first.dtype or t.dim() != first.dim() for t in tensors) or first.dim() == 0:
         return NotImplemented
     ndim = first.dim() + (1 if new_dim else 0)
-    if ndim >= 4 and not all(t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last)
-                             and not t.is_contiguous(memory_format=torch.channels_last_3d) for t in tensors):
+    standard = ndim in (4, 5) and -ndim <= dim < ndim and any(
+        not _channels_last_like(*_joined_layout(t, dim % ndim, new_dim)) for t in tensors)
+    if ndim >= 4 and not standard and not all(
+            t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last)
+            and not t.is_contiguous(memory_format=torch.channels_last_3d) for t in tensors):
         return NotImplemented
     if not -ndim <= dim < ndim:
         return NotImplemented
@@ -436,7 +465,25 @@ def _join(tensors: Sequence[torch.Tensor], dim: int, new_dim: bool) -> Any:
 
 
 _UNARY = ("gelu", "silu", "sigmoid", "tanh", "relu", "hardswish", "hardsigmoid", "exp", "sqrt", "rsqrt", "neg",
-          "erf")
+          "erf", "cos", "sin", "reciprocal")
+
+
+def _scalar_pow(self: Any, exponent: torch.Tensor) -> Any:
+    """A real number to the power of a floating tensor (rotary periods): the tensor's dtype and order."""
+    if isinstance(self, bool) or not isinstance(self, (int, float)) or not _plain(exponent):
+        return NotImplemented
+    return _elementwise(exponent.dtype, exponent)
+
+
+def _mean(self: torch.Tensor, dim: Sequence[int] | None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    """The mean over ``dim`` of a contiguous floating tensor (a global average pool): contiguous."""
+    if not (_plain(self) and self.is_contiguous() and dtype is None and dim and self.dim() > 0):
+        return NotImplemented
+    dims = {d % self.dim() for d in dim}
+    if len(dims) != len(dim) or not all(-self.dim() <= d < self.dim() for d in dim):
+        return NotImplemented
+    shape = [1 if i in dims else n for i, n in enumerate(self.shape) if keepdim or i not in dims]
+    return _empty(shape, self.dtype)
 
 RULES: dict[Any, Rule] = {
     aten.zeros.default: _factory(lambda: torch.get_default_dtype()),
@@ -471,6 +518,8 @@ RULES: dict[Any, Rule] = {
     aten.max_pool2d_with_indices.default: _max_pool2d,
     aten.upsample_nearest2d.default: _upsample_nearest2d,
     aten._unsafe_index.Tensor: _unsafe_index,
+    aten.pow.Scalar: _scalar_pow,
+    aten.mean.dim: _mean,
     aten.cat.default: lambda tensors, dim=0: _join(tensors, dim, new_dim=False),
     aten.stack.default: lambda tensors, dim=0: _join(tensors, dim, new_dim=True),
 }

@@ -32,11 +32,20 @@ def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> Non
                    help=f"run the network in PyTorch (default), in PyTorch frozen for inference (torch-frozen: linear "
                    f"weights kept in oneDNN's layout), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
                    "the export is made in a temporary folder and its inputs are squares of the run's image size")
+    if calibrates:
+        p.add_argument("--int8-model", default=None, metavar="FILE",
+                       help="with --runtime openvino-int8 or onnxruntime-qdq: run this INT8 model (an .xml or QDQ "
+                       ".onnx, e.g. `export quantize --qat`'s) instead of quantizing the run here")
 
 
 def runtime_of(args: argparse.Namespace) -> Runtime | None:
     """The factory for ``args.runtime`` (None: PyTorch itself)."""
     if args.runtime == "torch":
+        if getattr(args, "int8_model", None) is not None:
+            from vision_attn.errors import ConfigError
+
+            raise ConfigError("--int8-model runs an INT8 file: add --runtime openvino-int8 (.xml) or "
+                              "onnxruntime-qdq (.onnx)")
         return None
     import torch
 
@@ -44,7 +53,10 @@ def runtime_of(args: argparse.Namespace) -> Runtime | None:
 
     def build(model: torch.nn.Module, hw: tuple[int, int],
               calibration: Callable[[], list[torch.Tensor]] | None) -> RuntimeModel:
-        batches = calibration() if calibration is not None and args.runtime in CALIBRATED else None
-        return RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads(), calibration=batches)
+        int8_model = getattr(args, "int8_model", None)
+        batches = (calibration() if calibration is not None and args.runtime in CALIBRATED and int8_model is None
+                   else None)
+        return RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads(), calibration=batches,
+                            int8_model=int8_model)
 
     return build

@@ -32,6 +32,10 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     front = {scored[j] for j in pareto_front([(rows[i].gmacs, rows[i].metric) for i in scored])}
     if args.plot:
         plot_compare(rows, args.plot)
+    if args.html:
+        from vision_attn.analysis.report import write_html_report
+
+        write_html_report([t for t, r in zip(args.targets, rows) if r.kind == "run"], args.html)
     cells = _cells(rows, front)
     if args.json:
         print(json.dumps([dict(r.to_dict(), pareto=i in front) for i, r in enumerate(rows)], indent=2))
@@ -49,6 +53,8 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         console.print(table)
     if args.plot:
         console.print(f"plot: {args.plot}", markup=False)
+    if args.html:
+        console.print(f"report: {args.html}", markup=False)
     return 0
 
 
@@ -59,6 +65,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("targets", nargs="+", metavar="RUN_DIR|MODEL", help="run folders and/or model names")
     p.add_argument("--plot", default=None, metavar="OUT.png",
                    help="accuracy against GMACs, point size by parameters, Pareto front marked")
+    p.add_argument("--html", default=None, metavar="REPORT.html",
+                   help="also the runs on one self-contained page (what `vision-attn report` writes)")
     p.add_argument("--img-size", type=int, default=None, help="count and time at this size (default: each one's own)")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     out = p.add_mutually_exclusive_group()

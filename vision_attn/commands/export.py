@@ -176,12 +176,48 @@ def _cmd_torchscript(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_qat(args: argparse.Namespace, console: Console) -> int:
+    import torch
+    from rich.table import Table
+
+    from vision_attn.export.qat import quantize_aware
+
+    if args.checkpoint is None or args.model is not None or args.yaml is not None:
+        raise ConfigError("--qat fine-tunes a trained run: give --checkpoint runs/NAME (not --model or --yaml)")
+    if args.output is None:
+        raise ConfigError("--qat writes a folder: say where with -o FOLDER")
+    if args.static or args.max_drop is not None or args.runtime != "onnxruntime" or args.fp32_output:
+        raise ConfigError("--qat writes both OpenVINO INT8 and onnxruntime QDQ and takes no --static, --runtime, "
+                          "--max-drop or --fp32-output")
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    say = lambda line: console.print(line, markup=False, soft_wrap=True)  # noqa: E731
+    r = quantize_aware(args.checkpoint, args.output, data=args.data, epochs=args.epochs, steps=args.steps,
+                       lr_scale=args.lr_scale, calibration_images=args.calibration_images, say=say)
+    table = Table(title=f"quantization-aware training: {r.quantizers} fake quantizers, {r.steps} steps")
+    table.add_column("model")
+    table.add_column("file")
+    table.add_column("max diff from fake-quantized PyTorch", justify="right")
+    if r.top1:
+        table.add_column(f"top-1 on {r.images} images", justify="right")
+        table.add_row("PyTorch FP32 (the run)", "", "", f"{100 * r.top1['fp32']:.2f}%")
+    for name, path in r.files.items():
+        cells = [f"{name} INT8", str(path), f"{r.parity[name]:.2e}"]
+        table.add_row(*cells, *([f"{100 * r.top1[name]:.2f}%"] if r.top1 else []))
+    console.print(table)
+    say(f"QAT models in {r.folder} (qat.json: this report); accuracy of each: vision-attn eval {r.task} "
+        f"--checkpoint {args.checkpoint} --data {args.data or 'DATA'} --runtime openvino-int8 --int8-model "
+        f"{r.files['openvino']}")
+    return 0
+
+
 def _cmd_quantize(args: argparse.Namespace, console: Console) -> int:
     import torch
     from rich.table import Table
 
     from vision_attn.export.quantize import quantize_and_compare
 
+    if args.qat:
+        return _cmd_qat(args, console)
     dep = _deployable(args, console, "OUT.int8.xml" if args.runtime == "openvino" else "OUT.int8.onnx")
     if dep.boxes and not args.static and args.runtime == "onnxruntime":
         console.print("note: dynamic INT8 quantizes MatMul/Gemm weights; a convolutional detector has few of them, "
@@ -291,4 +327,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
             q.add_argument("--max-drop", type=float, default=None,
                            help="--runtime openvino: NNCF's accuracy-aware INT8, layers kept FP32 until top-1 on "
                            "--data's val folder is within this many points of FP32's")
+            q.add_argument("--qat", action="store_true",
+                           help="quantization-aware training (NNCF): fine-tune the run --checkpoint fake-quantized "
+                           "with its own training step, write OpenVINO INT8 and onnxruntime QDQ into the folder -o")
+            q.add_argument("--epochs", type=int, default=1, help="--qat: fine-tuning epochs (default 1)")
+            q.add_argument("--steps", type=int, default=None, help="--qat: at most this many optimizer steps")
+            q.add_argument("--lr-scale", type=float, default=0.1,
+                           help="--qat: the fine-tune's learning rate as a fraction of the run's (default 0.1)")
             q.set_defaults(func=_cmd_quantize)

@@ -21,7 +21,7 @@ from albumentations.pytorch import ToTensorV2  # noqa: E402
 from vision_attn.errors import ConfigError  # noqa: E402
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "INTERPOLATIONS", "train_transforms", "eval_transforms",
-           "rand_augment_ops"]
+           "rand_augment_ops", "naflex_transforms"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -41,6 +41,13 @@ def _interp(name: str) -> int:
     if name not in INTERPOLATIONS:
         raise ConfigError(f"interpolation={name!r}: choose one of {', '.join(INTERPOLATIONS)}")
     return INTERPOLATIONS[name]
+
+
+def _color_jitter(strength: float) -> A.ColorJitter:
+    """Brightness, contrast and saturation jitter of ``strength`` (each factor in [1 - s, 1 + s]), p 0.8."""
+    cj = float(strength)
+    return A.ColorJitter(brightness=(max(0.0, 1 - cj), 1 + cj), contrast=(max(0.0, 1 - cj), 1 + cj),
+                         saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8)
 
 
 def rand_augment_ops(magnitude: float = 9.0, interpolation: int = cv2.INTER_LINEAR) -> list[A.BasicTransform]:
@@ -97,9 +104,7 @@ def train_transforms(
     if hflip > 0:
         ops.append(A.HorizontalFlip(p=hflip))
     if color_jitter > 0:
-        cj = float(color_jitter)
-        ops.append(A.ColorJitter(brightness=(max(0.0, 1 - cj), 1 + cj), contrast=(max(0.0, 1 - cj), 1 + cj),
-                                 saturation=(max(0.0, 1 - cj), 1 + cj), hue=(0.0, 0.0), p=0.8))
+        ops.append(_color_jitter(color_jitter))
     if rand_augment > 0:
         ops.append(A.SomeOf(rand_augment_ops(rand_augment_magnitude, interp), n=int(rand_augment), p=1.0))
     if not 0 <= random_erasing <= 1:
@@ -130,4 +135,22 @@ def eval_transforms(
         resize = A.Resize(height=math.floor(h / crop_pct), width=math.floor(w / crop_pct), interpolation=interp)
     ops = [resize, A.CenterCrop(height=h, width=w),
            A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0), ToTensorV2()]
+    return A.Compose(ops, strict=True)
+
+
+def naflex_transforms(
+    *,
+    hflip: float = 0.0,
+    color_jitter: float = 0.0,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+) -> A.Compose:
+    """NaFlex's pipeline (``data.naflex``): the whole image at its own size and aspect ratio, flipped and
+    colour-jittered (training: ``hflip``, ``color_jitter``; 0: none), normalised; (H, W, 3) uint8 ->
+    (3, H, W) float32. The resize to the token budget comes after, per image
+    (:class:`~vision_attn.data.naflex.NaFlexCollate`)."""
+    ops: list[A.BasicTransform] = [A.HorizontalFlip(p=hflip)] if hflip > 0 else []
+    if color_jitter > 0:
+        ops.append(_color_jitter(color_jitter))
+    ops += [A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0), ToTensorV2()]
     return A.Compose(ops, strict=True)

@@ -11,6 +11,8 @@ INT8 graph of ``export quantize``; ``onnxruntime-qdq`` onnxruntime's static INT8
 quantize --static``) and ``openvino-int8`` NNCF's static INT8 IR, both with activation ranges
 calibrated on the ``calibration`` batches (``eval``: the data's training images), else on random
 inputs (the same kernels and speed as a model calibrated on real images, for ``benchmark``).
+``int8_model``: an INT8 file already made (``export quantize --qat``: the quantization-aware
+model) run instead of quantizing the export here.
 ``torch-frozen`` is no export: a copy of the model readied once by :func:`vision_attn.kernels.freeze`
 (weights in the precision, linear weights in oneDNN's layout), run eagerly on inputs cast to the
 precision, its outputs returned in float32.
@@ -18,6 +20,7 @@ precision, its outputs returned in float32.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -69,17 +72,20 @@ class RuntimeModel(nn.Module):
     batches of real inputs for the activation ranges of the static INT8 runtimes (:data:`CALIBRATED`)."""
 
     def __init__(self, model: nn.Module, runtime: str, input_size: tuple[int, int], *, precision: str = "fp32",
-                 threads: int | None = None, calibration: list[torch.Tensor] | None = None) -> None:
+                 threads: int | None = None, calibration: list[torch.Tensor] | None = None,
+                 int8_model: str | os.PathLike | None = None) -> None:
         super().__init__()
         if runtime not in RUNTIMES[1:]:
             raise ConfigError(f"runtime {runtime!r}: choose {', '.join(RUNTIMES[1:])} (torch is the model itself)")
         check_precision(runtime, precision)
+        if int8_model is not None:
+            int8_model = _quantized_file(runtime, int8_model)
         self.runtime, self.precision = runtime, precision
         self.reference = [model.eval()]  # a list: not a submodule (its parameters are not this module's)
         self._folder = tempfile.mkdtemp(prefix="vision_attn-runtime-")
         path = Path(self._folder) / "model"
         self._run: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]]
-        if runtime in CALIBRATED and not calibration:  # ranges from random inputs: the same kernels and speed
+        if runtime in CALIBRATED and not calibration and int8_model is None:  # ranges from random inputs: the same kernels and speed
             gen = torch.Generator().manual_seed(0)
             calibration = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
         outputs = graph_outputs(model)
@@ -87,6 +93,12 @@ class RuntimeModel(nn.Module):
             dtype = DTYPES[precision]
             frozen = freeze(copy.deepcopy(model), dtype)
             self._run = lambda x: _run_frozen(frozen, x, dtype)
+        elif int8_model is not None and runtime.startswith("onnxruntime"):
+            session = onnx_session(int8_model, threads)
+            self._run = lambda x: one_or_tuple(run_onnx(session, x))
+        elif int8_model is not None:
+            compiled = openvino_model(int8_model, threads=threads, hint="f32")
+            self._run = lambda x: run_openvino(compiled, x)
         elif runtime.startswith("onnxruntime"):
             file = path.with_suffix(".onnx")
             export_onnx(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)
@@ -115,6 +127,19 @@ class RuntimeModel(nn.Module):
 
     def __del__(self) -> None:
         shutil.rmtree(getattr(self, "_folder", ""), ignore_errors=True)
+
+
+def _quantized_file(runtime: str, path: str | os.PathLike) -> Path:
+    """``path``, an INT8 model already made (``export quantize --qat``'s, or ``--static``'s) for
+    ``runtime``: a QDQ .onnx for onnxruntime-qdq, an .xml IR for openvino-int8."""
+    suffix = {"onnxruntime-qdq": ".onnx", "openvino-int8": ".xml"}.get(runtime)
+    if suffix is None:
+        raise ConfigError(f"--int8-model takes --runtime onnxruntime-qdq (a .onnx) or openvino-int8 (an .xml), not "
+                          f"{runtime}")
+    path = Path(path)
+    if path.suffix != suffix or not path.is_file():
+        raise ConfigError(f"--int8-model {path}: no such {suffix} file (--runtime {runtime} runs a {suffix} model)")
+    return path
 
 
 def _run_frozen(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | tuple[torch.Tensor, ...]:

@@ -109,14 +109,15 @@ class FastBlock(Block):
     (:func:`_standard_form`), training, and a plan that puts the linear layers' inference on oneDNN
     (where the block is accelerated with kernels) take the layers' own path."""
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        if rope is None and self._native(x):
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if rope is None and attn_mask is None and self._native(x):
             attn, mlp = self.attn, self.mlp
             return torch._transformer_encoder_layer_fwd(  # (B, N, D)
                 x, x.shape[-1], attn.num_heads, attn.qkv.weight, attn.qkv.bias, attn.proj.weight, attn.proj.bias,
                 True, True, self.norm1.eps, self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
                 mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias, None, None)
-        return super().forward(x, rope)
+        return super().forward(x, rope, attn_mask)
 
     def _native(self, x: torch.Tensor) -> bool:
         if (self.training or not isinstance(x, torch.Tensor) or x.dim() != 3

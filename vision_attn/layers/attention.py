@@ -42,6 +42,13 @@ def attend(
     return out, attn.detach()
 
 
+def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A key-padding mask (B, N), True where a token is real -> the additive attention mask (B, 1, 1, N):
+    0 at real keys, the dtype's lowest value at padding (every query then ignores the padding)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        ~mask.bool(), torch.finfo(dtype).min)[:, None, None, :]
+
+
 class Attention(nn.Module):
     """Multi-head self-attention over tokens (B, N, D) -> (B, N, D).
 
@@ -79,12 +86,14 @@ class Attention(nn.Module):
         self.keep_weights = False
         self.weights = None
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """Tokens (B, N, D) -> (B, N, D)."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Tokens (B, N, D) -> (B, N, D); ``attn_mask``: additive, broadcast to (B, heads, N, N) (NaFlex's
+        padded sequences: -inf at the padding keys)."""
         q, k, v = self.heads(x)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        x, self.weights = attend(q, k, v, dropout_p=self.attn_drop if self.training else 0.0,
+        x, self.weights = attend(q, k, v, attn_mask, dropout_p=self.attn_drop if self.training else 0.0,
                                  keep_weights=self.keep_weights, sdpa=self.sdpa)
         return self.project(x)
 

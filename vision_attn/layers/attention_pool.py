@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError
+from vision_attn.layers.attention import padding_bias
 from vision_attn.layers.block import LayerNorm6
 from vision_attn.layers.mlp import Mlp
 
@@ -18,7 +19,7 @@ __all__ = ["AttentionPoolLatent"]
 
 
 class AttentionPoolLatent(nn.Module):
-    """A learned query ``latent`` (1, 1, D) attends once over the tokens (multi-head, no mask), the
+    """A learned query ``latent`` (1, 1, D) attends once over the tokens (multi-head; a padding ``mask`` optional), the
     result is projected (``proj``), then a residual MLP on its norm: ``y + mlp(norm(y))``.
 
     (B, N, D) -> (B, D). Only the query is learned, so the pooled vector is a softmax-weighted mix of
@@ -49,7 +50,8 @@ class AttentionPoolLatent(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
         nn.init.trunc_normal_(self.latent, std=dim ** -0.5)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask`` (B, N), boolean: the tokens to pool (False: padding of a NaFlex sequence, ignored)."""
         B, N, D = x.shape
         # the query is the same for every image: projected once, then expanded (the view of a parameter
         # made under no_grad would have no gradient function for torch's module tracker, FLOP counts)
@@ -57,7 +59,8 @@ class AttentionPoolLatent(nn.Module):
         q = q.reshape(B, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, heads, 1, d)
         kv = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (2, B, heads, N, d)
         k, v = kv.unbind(0)
-        y = self.sdpa(q, k, v).transpose(1, 2).reshape(B, 1, D)  # (B, 1, D)
+        bias = None if mask is None else padding_bias(mask, x.dtype)  # (B, 1, 1, N)
+        y = self.sdpa(q, k, v, attn_mask=bias).transpose(1, 2).reshape(B, 1, D)  # (B, 1, D)
         y = self.proj(y)
         y = y + self.mlp(self.norm(y))
         return y[:, 0]  # (B, D)

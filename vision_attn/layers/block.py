@@ -10,6 +10,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from vision_attn.errors import ConfigError
 from vision_attn.layers.attention import Attention
 from vision_attn.layers.drop_path import DropPath
 from vision_attn.layers.layer_scale import LayerScale
@@ -51,8 +52,13 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope)))
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``attn_mask``: additive, for the attention (padded NaFlex sequences); given only to an
+        attention that takes one (:class:`~vision_attn.layers.attention.Attention`)."""
+        h = self.norm1(x)
+        h = self.attn(h, rope=rope) if attn_mask is None else self.attn(h, rope=rope, attn_mask=attn_mask)
+        x = x + self.drop_path1(self.ls1(h))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
@@ -67,4 +73,21 @@ class PostNormBlock(Block):
         return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
 
 
-BLOCKS: dict[str, type[nn.Module]] = {"pre": Block, "post": PostNormBlock}
+class GammaBlock(Block):
+    """Pre-norm block whose LayerScale vectors are the block's own parameters ``gamma_1`` and
+    ``gamma_2`` (BEiT's, EVA's and timm's DINOv3 keys) rather than ``ls1.gamma`` / ``ls2.gamma``: the
+    same computation as :class:`Block` with ``init_values``, which it needs."""
+
+    def __init__(self, dim: int, num_heads: int, *args, init_values: float | None = None, **kwargs) -> None:
+        if not init_values:
+            raise ConfigError("block='pre_gamma' is a block with LayerScale: give init_values (e.g. 1e-5)")
+        super().__init__(dim, num_heads, *args, init_values=None, **kwargs)
+        self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
+        self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.gamma_1 * self.attn(self.norm1(x), rope=rope))
+        return x + self.drop_path2(self.gamma_2 * self.mlp(self.norm2(x)))
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"pre": Block, "post": PostNormBlock, "pre_gamma": GammaBlock}

@@ -47,5 +47,7 @@ def apply_rope_interleaved(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     (2i, 2i+1) -> (x cos - y sin, y cos + x sin); earlier (prefix) tokens pass."""
     n_prefix = t.shape[-2] - cos.shape[0]
     prefix, x = t[..., :n_prefix, :], t[..., n_prefix:, :]
-    rotated = torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).reshape(x.shape)
+    B, H, N, d = x.shape
+    pairs = x.reshape(B, H, N, d // 2, 2)  # dimensions spelled out: TorchScript's ONNX exporter loses the rank here
+    rotated = torch.stack([-pairs[:, :, :, :, 1], pairs[:, :, :, :, 0]], dim=4).reshape(B, H, N, d)
     return torch.cat([prefix, x * cos + rotated * sin], dim=-2)

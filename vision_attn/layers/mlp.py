@@ -73,7 +73,8 @@ class SwiGLU(Mlp):
 class SwiGLUNorm(nn.Module):
     """SwiGLU with a norm over the hidden width before the output projection (EVA-02's sub-LN,
     timm's ``SwiGLU`` with ``norm_layer``): act(fc1_g(x)) * fc1_x(x) -> dropout -> norm -> fc2.
-    Keys ``fc1_g``, ``fc1_x``, ``norm``, ``fc2`` (timm's); ``hidden_features`` is each branch's width."""
+    Keys ``fc1_g``, ``fc1_x``, ``norm``, ``fc2`` (timm's); ``hidden_features`` is each branch's width.
+    ``norm_layer=None``: no norm (timm's ``SwiGLU`` without one, DINOv3's "plus" models)."""
 
     def __init__(
         self,
@@ -83,7 +84,7 @@ class SwiGLUNorm(nn.Module):
         act_layer: type[nn.Module] = nn.SiLU,
         drop: float = 0.0,
         bias: bool = True,
-        norm_layer: type[nn.Module] = functools.partial(nn.LayerNorm, eps=1e-6),
+        norm_layer: type[nn.Module] | None = functools.partial(nn.LayerNorm, eps=1e-6),
     ) -> None:
         super().__init__()
         hidden_features = hidden_features or in_features
@@ -91,7 +92,7 @@ class SwiGLUNorm(nn.Module):
         self.fc1_x = nn.Linear(in_features, hidden_features, bias=bias)
         self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
-        self.norm = norm_layer(hidden_features)
+        self.norm = norm_layer(hidden_features) if norm_layer is not None else nn.Identity()
         self.fc2 = nn.Linear(hidden_features, out_features or in_features, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
@@ -109,5 +110,17 @@ def mlp_ratio_for(hidden: int, dim: int) -> float:
     return ratio
 
 
-FFN_LAYERS: dict[str, type[nn.Module]] = {"mlp": Mlp, "swiglu": SwiGLU, "swiglu_norm": SwiGLUNorm}
+class SwiGLUSplit(SwiGLUNorm):
+    """SwiGLU with separate gate and value projections and no sub-LN: act(fc1_g(x)) * fc1_x(x) -> fc2
+    (timm's ``SwiGLU`` without a norm, DINOv3's "plus" and 7B models; transformers' gated MLP
+    ``gate_proj``, ``up_proj``, ``down_proj``). Keys ``fc1_g``, ``fc1_x``, ``fc2``."""
+
+    def __init__(self, in_features: int, hidden_features: int | None = None, out_features: int | None = None,
+                 act_layer: type[nn.Module] = nn.SiLU, drop: float = 0.0, bias: bool = True) -> None:
+        super().__init__(in_features, hidden_features, out_features, act_layer=act_layer, drop=drop, bias=bias,
+                         norm_layer=None)
+
+
+FFN_LAYERS: dict[str, type[nn.Module]] = {"mlp": Mlp, "swiglu": SwiGLU, "swiglu_norm": SwiGLUNorm,
+                                          "swiglu_split": SwiGLUSplit}
 """Feed-forward networks by name (``ffn_layer="swiglu"``), so that a run records its model as plain data."""

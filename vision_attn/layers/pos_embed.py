@@ -3,10 +3,14 @@
 - ``"learn"``: a learned table (1, prefix + H*W, D) added to the tokens; resampled bicubically when
   the grid changes (:func:`resample_abs_pos_embed`): antialiased, as timm does, or without
   antialiasing, as transformers' ViT, DeiT and DINOv2 do (:data:`POS_EMBED_INTERPS`, a model's
-  ``pos_embed_interp``), so that a checkpoint computes what its source computes.
+  ``pos_embed_interp``), so that a checkpoint computes what its source computes; SigLIP 2's table
+  is resampled bilinearly with antialiasing to each image's own grid.
 - ``"sincos2d"``: fixed 2D sine-cosine (MoCo v3, big_vision), computed for the run-time grid; no
   parameters and nothing in the state dict.
 - ``"rope"``: 2D rotary embedding applied to queries and keys inside attention (:class:`Rope2D`).
+- ``"rope_dinov3"``: DINOv3's 2D rotary embedding (:class:`~vision_attn.layers.rope_dinov3.RopeDinov3`):
+  patch centres normalised to [-1, 1], periods ``temperature ** (i / n)``, and in training its
+  shift / jitter / rescale augmentation of the coordinates.
 - ``"learn_rope"``: a learned table and EVA-02's rotary embedding
   (:class:`~vision_attn.layers.eva_rope.RopeEva`, with :class:`~vision_attn.layers.eva_attention.EvaAttention`).
 - ``"none"``: no position information.
@@ -23,11 +27,17 @@ from torch import nn
 from vision_attn.errors import ConfigError
 from vision_attn.layers.tables import Tables
 
-PosEmbedKind = Literal["learn", "sincos2d", "rope", "learn_rope", "none"]
-POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "learn_rope", "none")
-POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "transformers")
-"""How a learned table is resampled to another grid: ``"timm"`` (antialiased bicubic) or
-``"transformers"`` (bicubic without antialiasing, transformers' ``interpolate_pos_encoding``)."""
+PosEmbedKind = Literal["learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none"]
+POS_EMBED_KINDS: tuple[str, ...] = ("learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none")
+POS_EMBED_INTERPS: dict[str, dict[str, object]] = {
+    "timm": dict(mode="bicubic", antialias=True),
+    "transformers": dict(mode="bicubic", antialias=False),
+    "siglip2": dict(mode="bilinear", antialias=True),
+}
+"""How a learned table is resampled to another grid (the keyword arguments of
+:func:`resample_abs_pos_embed`): ``"timm"`` (antialiased bicubic), ``"transformers"`` (bicubic without
+antialiasing, transformers' ``interpolate_pos_encoding``) or ``"siglip2"`` (antialiased bilinear, to
+each image's own grid: transformers' SigLIP 2 and timm's NaFlex ViTs)."""
 
 
 def check_pos_embed_kind(kind: str) -> str:
@@ -42,8 +52,9 @@ def resample_abs_pos_embed(
     old_grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 1,
     antialias: bool = True,
+    mode: str = "bicubic",
 ) -> torch.Tensor:
-    """Resample a learned table (1, prefix + h*w, D) to ``new_grid`` with bicubic interpolation in
+    """Resample a learned table (1, prefix + h*w, D) to ``new_grid`` with ``mode`` interpolation in
     float32 (``antialias``: timm's; without it, transformers' ``interpolate_pos_encoding`` of ViT,
     DeiT and DINOv2); the prefix rows (class, distillation tokens) are kept as they are."""
     n_grid = pos_embed.shape[1] - num_prefix_tokens
@@ -59,7 +70,7 @@ def resample_abs_pos_embed(
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = pos_embed.shape[-1]
     grid = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)  # (1, D, h, w)
-    grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=antialias, align_corners=False)
+    grid = F.interpolate(grid, size=tuple(new_grid), mode=mode, antialias=antialias, align_corners=False)
     grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(pos_embed.dtype)  # (1, H*W, D)
     return torch.cat([prefix, grid], dim=1)
 

@@ -40,7 +40,12 @@ def fit_state_dict(model: nn.Module, state_dict: StateDict, source: str = "check
             model.reset_classifier(width)
     convert = getattr(model, "convert_checkpoint", None)
     if convert is not None:
-        state_dict = convert(state_dict)
+        try:
+            state_dict = convert(state_dict)
+        except CheckpointError as e:  # a layout's refusal names the key and the option; the file comes first
+            if str(e).startswith(source):
+                raise
+            raise CheckpointError(f"{source}: {e}") from None
     own = model.state_dict()
     classifier_keys = getattr(model, "classifier_keys", ())
     head = [k for k in classifier_keys if k in own]

@@ -12,6 +12,12 @@ configurations, keys and default weights' input configurations (so timm's files 
 - SigLIP (``vit_*_siglip_*``): no class token, SigLIP's attention-pooling head (``global_pool="map"``:
   :class:`~vision_attn.layers.AttentionPoolLatent` as ``attn_pool``), no classifier (``num_classes=0``:
   the pooled image embedding); the ``_gap`` names pool by the mean of the patch tokens instead.
+- SigLIP 2 (``naflexvit_*_patch16_siglip``, timm's NaFlex names): SigLIP's tower with GELU's tanh form,
+  its 16x16 position table resampled to each image's own grid bilinearly with antialiasing
+  (``pos_embed_interp="siglip2"``); besides images it takes NaFlex patch sequences with a padding mask
+  (:class:`~vision_attn.data.naflex.NaFlexBatch`: each image at its own aspect ratio). timm's files
+  (``embeds.proj``, a Linear over (row, column, channel) patches, and ``embeds.pos_embed`` (1, 16, 16, D))
+  and transformers' ``siglip2`` folders load.
 """
 from __future__ import annotations
 
@@ -102,3 +108,22 @@ def vit_base_patch16_siglip_256(**kwargs) -> VisionTransformer:
 def vit_base_patch16_siglip_gap_224(**kwargs) -> VisionTransformer:
     """SigLIP ViT-B/16 at 224 px, pooled by the mean of the normalised patch tokens (no attention pool)."""
     return _vit(_B16, _SIGLIP_GAP, kwargs=kwargs)
+
+
+_SIGLIP2 = dict(_SIGLIP, act_layer="gelu_tanh", img_size=384, pos_embed_grid=16, pos_embed_interp="siglip2")
+
+
+_SIGLIP2_CFG = data_cfg(384, crop_pct=1.0, mean=INCEPTION_MEAN, std=INCEPTION_STD, fixed_input_size=False)
+
+
+@register_model(cfg=_SIGLIP2_CFG)
+def naflexvit_base_patch16_siglip(**kwargs) -> VisionTransformer:
+    """SigLIP 2 ViT-B/16 image tower (NaFlex), attention-pooled (92.9 M)."""
+    return _vit(_B16, _SIGLIP2, kwargs=kwargs)
+
+
+@register_model(cfg=_SIGLIP2_CFG)
+def naflexvit_so400m_patch16_siglip(**kwargs) -> VisionTransformer:
+    """SigLIP 2 So400m/16 image tower (NaFlex), attention-pooled."""
+    return _vit(dict(patch_size=16, embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362), _SIGLIP2,
+                kwargs=kwargs)

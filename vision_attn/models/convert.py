@@ -34,6 +34,7 @@ __all__ = ["Converted", "to_timm", "to_transformers", "TRANSFORMERS_TYPES"]
 
 # Our registered names -> the transformers model_type that holds them (the first pattern that matches).
 TRANSFORMERS_TYPES: tuple[tuple[str, str], ...] = (
+    ("vit_*_dinov3*", "dinov3_vit"),  # read only: refused with the types transformers is written as
     ("vit_*_reg*_dinov2", "dinov2_with_registers"),
     ("vit_*_dinov2", "dinov2"),
     ("deit_*_distilled_*", "deit"),
@@ -110,7 +111,11 @@ def to_timm(model: nn.Module, name: str, path: str | Path, *, kwargs: Mapping[st
                               "train with the timm name of the architecture to convert it")
     kwargs = dict(kwargs or {})
     num_classes = int(getattr(model, "num_classes", 0))
+    # a model built for its input size (ViT, Swin) is built at the run's; a CNN (ConvNeXt) takes none
+    sized = getattr(model, "pretrained_cfg", {}).get("fixed_input_size", True)
     timm_kwargs = {"img_size": tuple(img_size), **{k: v for k, v in kwargs.items() if k != "num_classes"}}
+    if not sized:
+        del timm_kwargs["img_size"]
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     x = _sample(img_size)
     ours = _outputs(model, x)

@@ -72,8 +72,8 @@ def model_cfg(name: str, cfg: dict[str, Any], model: nn.Module, img_size: int | 
 def _pool_size(model: nn.Module, size: Sequence[int]) -> tuple[int, int] | None:
     """The final feature map's (H, W) for ``size`` images, which the head pools (timm's ``pool_size``);
     None for a model whose levels are token sequences (a ViT, which offers ``"NLC"``: its head reads
-    tokens, as timm's cfg says)."""
-    if "NLC" in getattr(model, "output_fmts", ()):
+    tokens, as timm's cfg says; Hiera, whose head reads tokens, ``head_fmt`` ``"NLC"``)."""
+    if "NLC" in getattr(model, "output_fmts", ()) or getattr(model, "head_fmt", None) == "NLC":
         return None
     stride = model.feature_info[-1]["reduction"]
     return tuple(math.ceil(s / stride) for s in size)

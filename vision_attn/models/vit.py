@@ -12,11 +12,13 @@ The CLIP and SigLIP towers themselves are registered in :mod:`vision_attn.models
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
@@ -35,17 +37,21 @@ from vision_attn.layers import (
     resample_abs_pos_embed,
     sincos_2d,
 )
+from vision_attn.layers.attention import padding_bias
 from vision_attn.layers.eva_attention import EvaAttention
 from vision_attn.layers.eva_rope import RopeEva
+from vision_attn.layers.naflex_batch import NaFlexBatch, linear_to_conv_patches
 from vision_attn.layers.patch_embed import to_2tuple
+from vision_attn.layers.rope_dinov3 import RopeDinov3
 from vision_attn.layers.pos_embed import POS_EMBED_INTERPS, check_pos_embed_kind
 from vision_attn.layers.tables import Tables
-from vision_attn.layers.token_merging import MergingBlock, TokenSizes
+from vision_attn.layers.token_merging import MergingAttention, MergingBlock, TokenSizes
 from vision_attn.models.contract import TimmContract, run_blocks
 from vision_attn.models.pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD, data_cfg
 from vision_attn.models.registry import register_model
 
-__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "openai_clip_to_timm",
+__all__ = ["VisionTransformer", "torchvision_to_timm", "timm_to_torchvision", "dinov2_to_timm", "dinov3_to_timm",
+           "openai_clip_to_timm", "naflex_to_timm",
            "open_clip_trunk_to_timm"]
 
 # torch.fx symbolic tracing: the position tables for the run-time grid are leaf nodes (they branch on it)
@@ -60,8 +66,10 @@ class VisionTransformer(TimmContract, nn.Module):
     size runs (the learned position embedding is resampled on the fly); ``dynamic_img_pad`` pads
     other sizes. Prefix tokens come in the order class, distillation, registers.
 
-    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "learn_rope" | "none"``
-    (``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
+    Options by name: ``pos_embed`` in ``"learn" | "sincos2d" | "rope" | "rope_dinov3" | "learn_rope" | "none"``
+    (``"rope_dinov3"``: DINOv3's rotary embedding, periods ``rope_temperature ** (i / n)`` and, in
+    training only, its augmentation of the coordinates ``rope_shift``, ``rope_jitter``, ``rope_rescale``
+    (None: off); ``"learn_rope"``: a learned table and EVA-02's rotary embedding, positions scaled to
     ``rope_ref_grid``, default the patch grid; it needs ``attn_class=EvaAttention``); ``global_pool`` in
     ``"token" | "avg" | "map"`` (``"map"``: SigLIP's attention pooling, a learned query attending over
     the patch tokens, module ``attn_pool``); ``block`` in ``"pre" | "post"`` (or a block class);
@@ -114,9 +122,13 @@ class VisionTransformer(TimmContract, nn.Module):
         distilled: bool = False,
         reg_tokens: int = 0,
         no_embed_class: bool = False,
-        pos_embed: Literal["learn", "sincos2d", "rope", "learn_rope", "none"] = "learn",
+        pos_embed: Literal["learn", "sincos2d", "rope", "rope_dinov3", "learn_rope", "none"] = "learn",
         rope_ref_grid: int | tuple[int, int] | None = None,
-        pos_embed_interp: Literal["timm", "transformers"] = "timm",
+        rope_temperature: float = 100.0,
+        rope_shift: float | None = None,
+        rope_jitter: float | None = None,
+        rope_rescale: float | None = None,
+        pos_embed_interp: Literal["timm", "transformers", "siglip2"] = "timm",
         pos_embed_grid: int | tuple[int, int] | None = None,
         global_pool: Literal["token", "avg", "map"] = "token",
         fc_norm: bool | None = None,
@@ -143,7 +155,7 @@ class VisionTransformer(TimmContract, nn.Module):
             raise ConfigError(f"dynamic_img_size={dynamic_img_size!r}: give True or False (any multiple of the patch "
                               "size runs either way)")
         if pos_embed_interp not in POS_EMBED_INTERPS:
-            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {POS_EMBED_INTERPS} (how a "
+            raise ConfigError(f"pos_embed_interp={pos_embed_interp!r}: choose one of {tuple(POS_EMBED_INTERPS)} (how a "
                               f"position table is resampled to another grid: timm's or transformers' way)")
         if global_pool not in ("token", "avg", "map"):
             raise ConfigError(f"global_pool={global_pool!r}: choose 'token' (class token), 'avg' (mean of patch "
@@ -167,14 +179,6 @@ class VisionTransformer(TimmContract, nn.Module):
         block_fn = BLOCKS.get(block) if isinstance(block, str) else block
         if block_fn is None:
             raise ConfigError(f"block={block!r}: choose one of {sorted(BLOCKS)} or pass a block class")
-        num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
-        self.token_sizes = TokenSizes() if token_merging else None
-        if token_merging:
-            if token_merging < 0 or block_fn is not Block or attn_class is not Attention or pos_embed in ("rope", "learn_rope"):
-                raise ConfigError(f"token_merging={token_merging!r}: merges tokens of the pre-norm block with the standard "
-                                  f"attention and an absolute or no position embedding; give r >= 0 with block='pre', "
-                                  f"the default attention and pos_embed 'learn', 'sincos2d' or 'none'")
-            block_fn = functools.partial(MergingBlock, r=token_merging, protected=num_prefix_tokens, sizes=self.token_sizes)
 
         self.num_classes = num_classes
         self.num_features = self.embed_dim = embed_dim
@@ -182,7 +186,7 @@ class VisionTransformer(TimmContract, nn.Module):
         self.pos_embed_kind = pos_embed
         self.distilled = distilled
         self.distilled_training = distilled
-        self.num_prefix_tokens = num_prefix_tokens
+        self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
         self.head_bias = head_bias
         # sincos2d and rope cover patch tokens only; a learned table covers the prefix unless no_embed_class
         self.no_embed_class = no_embed_class or pos_embed not in ("learn", "learn_rope")
@@ -203,6 +207,8 @@ class VisionTransformer(TimmContract, nn.Module):
             if not issubclass(getattr(attn_class, "func", attn_class), EvaAttention):
                 raise ConfigError("pos_embed='learn_rope' rotates channels in pairs: it needs attn_class=EvaAttention")
             self.rope = RopeEva(embed_dim // num_heads, rope_ref_grid or self.patch_embed.grid_size)
+        elif pos_embed == "rope_dinov3":
+            self.rope = RopeDinov3(embed_dim // num_heads, rope_temperature, rope_shift, rope_jitter, rope_rescale)
         else:
             self.rope = Rope2D(embed_dim // num_heads) if pos_embed == "rope" else None
         self._sincos = Tables()  # (h, w, D, device, dtype) -> the sincos2d table (1, h*w, D)
@@ -229,6 +235,24 @@ class VisionTransformer(TimmContract, nn.Module):
         reduction = max(self.patch_embed.patch_size)
         self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f"blocks.{i}") for i in range(depth)]
         self.init_weights()
+        self.token_sizes: TokenSizes | None = None
+        if token_merging:
+            self.set_token_merging(token_merging)
+
+    def set_token_merging(self, r: int) -> None:
+        """From now on each block merges ``r`` pairs of patch tokens after attention (ToMe; 0: none), in
+        place: the blocks become :class:`~vision_attn.layers.token_merging.MergingBlock` with the same
+        parameters. Only pre-norm blocks with the standard attention and an absolute (or no) position
+        embedding merge; anything else is a ConfigError."""
+        plain = all(type(b) in (Block, MergingBlock) and type(b.attn) in (Attention, MergingAttention) for b in self.blocks)
+        if not isinstance(r, int) or r < 0 or not plain or self.rope is not None:
+            raise ConfigError(f"token_merging={r!r}: merges tokens of the pre-norm block with the standard attention "
+                              f"and an absolute or no position embedding; give r >= 0 with block='pre', the default "
+                              f"attention and pos_embed 'learn', 'sincos2d' or 'none'")
+        self.token_sizes = TokenSizes() if r else None
+        for blk in self.blocks:
+            blk.__class__, blk.attn.__class__ = (MergingBlock, MergingAttention) if r else (Block, Attention)
+            blk.r, blk.protected, blk.sizes = r, self.num_prefix_tokens, self.token_sizes
 
     # ---------------------------------------------------------------- init and bookkeeping
     def init_weights(self) -> None:
@@ -295,6 +319,9 @@ class VisionTransformer(TimmContract, nn.Module):
         """Images (B, C, H, W) -> tokens (B, prefix + h*w, D) with positions added (and ``norm_pre``
         applied), and the grid (h, w); patch tokens selected by ``masks`` (B, h*w) become the mask
         token first."""
+        if isinstance(x, NaFlexBatch):
+            raise ConfigError("a NaFlex batch runs through forward and forward_features (tokens, pooled features); "
+                              "feature maps and intermediates need images (B, C, H, W) of one size")
         x = self.patch_embed(x)  # (B, h, w, D)
         B, h, w, D = x.shape
         x = x.reshape(B, h * w, D)  # (B, h*w, D)
@@ -308,7 +335,7 @@ class VisionTransformer(TimmContract, nn.Module):
         if self.pos_embed is not None:
             n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
             pos = resample_abs_pos_embed(self.pos_embed, (h, w), self.pos_embed_grid, n_pos_prefix,
-                                         antialias=self.pos_embed_interp == "timm")
+                                         **POS_EMBED_INTERPS[self.pos_embed_interp])
         elif self.pos_embed_kind == "sincos2d":
             pos = self._sincos.get((h, w, D, x.device, x.dtype),
                                    lambda: sincos_2d((h, w), D, device=x.device, dtype=x.dtype)[None], x)  # (1, h*w, D)
@@ -321,24 +348,79 @@ class VisionTransformer(TimmContract, nn.Module):
             x = x + pos
         return self.norm_pre(self.pos_drop(x)), (h, w)
 
+    def _embed_patches(self, batch: NaFlexBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A NaFlex batch -> tokens (B, prefix + N, D) with each image's positions added (the table
+        resampled to its own grid, ``pos_embed_interp``'s way; padding takes the first position, as
+        transformers' SigLIP 2 does) and the additive attention mask (B, 1, 1, prefix + N)."""
+        patches, mask, shapes = batch
+        proj = self.patch_embed.proj
+        if self.rope is not None or self.pos_embed_kind not in ("learn", "none") or self.token_sizes is not None:
+            raise ConfigError(f"NaFlex patches need a learned (or no) position table, without token merging; this "
+                              f"model has pos_embed={self.pos_embed_kind!r}")
+        for i, blk in enumerate(self.blocks):
+            if not (_takes(blk, "attn_mask") and _takes(blk.attn, "attn_mask")):
+                raise ConfigError(f"NaFlex patches: block {i} ({type(blk).__name__}) takes no attention mask; "
+                                  f"build the model with block='pre' and the standard attention")
+        weight = proj.weight.permute(0, 2, 3, 1).reshape(proj.out_channels, -1)  # (D, P*P*C): (row, col, channel)
+        if patches.dim() != 3 or patches.shape[-1] != weight.shape[1] or mask.shape != patches.shape[:2] \
+                or shapes.shape != (patches.shape[0], 2):
+            raise DataError(f"NaFlex batch: patches {tuple(patches.shape)}, mask {tuple(mask.shape)}, shapes "
+                            f"{tuple(shapes.shape)}; expected (B, N, {weight.shape[1]}) for patches of "
+                            f"{tuple(self.patch_embed.patch_size)} px x {proj.in_channels} channels, (B, N), (B, 2)")
+        x = self.patch_embed.norm(F.linear(patches.to(weight.dtype), weight, proj.bias))  # (B, N, D)
+        B, N, D = x.shape
+        n_pos_prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        if self.pos_embed is not None:
+            x = x + self._naflex_pos(shapes, N, n_pos_prefix).to(x.dtype)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if prefix:
+            first = torch.cat(prefix, dim=1)
+            if self.pos_embed is not None and n_pos_prefix:
+                first = first + self.pos_embed[:, :n_pos_prefix]
+            x = torch.cat([first, x], dim=1)
+        keep = torch.cat([mask.new_ones(B, self.num_prefix_tokens), mask], dim=1).to(x.device)
+        return self.norm_pre(self.pos_drop(x)), padding_bias(keep, x.dtype)
+
+    def _naflex_pos(self, shapes: torch.Tensor, length: int, n_prefix: int) -> torch.Tensor:
+        """(B, length, D): image i's rows are the table resampled to its grid (h_i, w_i), then its first row."""
+        table = self.pos_embed[:, n_prefix:]
+        grids = [tuple(g) for g in shapes.tolist()]
+        resized = {g: resample_abs_pos_embed(table, g, self.pos_embed_grid, 0, **POS_EMBED_INTERPS[self.pos_embed_interp])
+                   for g in set(grids)}
+        rows = []
+        for i, (h, w) in enumerate(grids):
+            if h < 1 or w < 1 or h * w > length:
+                raise DataError(f"NaFlex batch: image {i}'s grid {h}x{w} does not fit its {length} positions")
+            r = resized[(h, w)][0]  # (h*w, D)
+            rows.append(torch.cat([r, r[:1].expand(length - h * w, -1)], dim=0))
+        return torch.stack(rows)
+
     def _rope(self, grid: tuple[int, int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return self.rope(grid, x.device, x.dtype) if self.rope is not None else None
 
-    def forward_features(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor | NaFlexBatch, masks: torch.Tensor | None = None) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised tokens (B, prefix + h*w, D); ``masks`` (B, h*w), boolean,
-        replaces those patch tokens by the mask token (``mask_token=True``)."""
+        replaces those patch tokens by the mask token (``mask_token=True``). A
+        :class:`~vision_attn.data.naflex.NaFlexBatch` -> (B, prefix + N, D), attention kept off the padding."""
+        if isinstance(x, NaFlexBatch):
+            x, bias = self._embed_patches(x)
+            return self.norm(run_blocks(self, self.blocks, x, attn_mask=bias))
         if self.token_sizes is not None:
             self.token_sizes.reset()
         x, grid = self._embed(x, masks)
         return self.norm(run_blocks(self, self.blocks, x, rope=self._rope(grid, x)))
 
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens (B, N, D) -> (B, D): the class token, the mean of the patch tokens, or the attention
-        pool over the patch tokens (``"map"``)."""
+        pool over the patch tokens (``"map"``); ``mask`` (B, patch tokens), boolean: the real patches
+        of a NaFlex batch (the padding is left out)."""
         if not self.global_pool:
             return x
         if self.global_pool == "map":
-            return self.attn_pool(x[:, self.num_prefix_tokens:]) if self.attn_pool is not None else x  # pruned: tokens
+            return self.attn_pool(x[:, self.num_prefix_tokens:], mask) if self.attn_pool is not None else x  # pruned: tokens
+        if self.global_pool == "avg" and mask is not None:
+            keep = mask.to(x.dtype).unsqueeze(-1)  # (B, N, 1)
+            return (x[:, self.num_prefix_tokens:] * keep).sum(dim=1) / keep.sum(dim=1)
         if self.global_pool == "avg":
             size = self.token_sizes.size if self.token_sizes is not None else None
             if size is not None:  # merged tokens: each weighs the patches it stands for
@@ -346,8 +428,10 @@ class VisionTransformer(TimmContract, nn.Module):
             return x[:, self.num_prefix_tokens:].mean(dim=1)
         return x[:, 0]
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (B, N, D) -> logits (B, num_classes), or pooled features (B, D) with ``pre_logits``."""
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
+                     mask: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (B, N, D) -> logits (B, num_classes), or pooled features (B, D) with ``pre_logits``;
+        ``mask``: a NaFlex batch's (see :meth:`pool`)."""
         if self.distilled:
             x, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
@@ -356,10 +440,14 @@ class VisionTransformer(TimmContract, nn.Module):
             if self.training and self.distilled_training:
                 return x, x_dist
             return (x + x_dist) / 2
-        x = self.head_drop(self.fc_norm(self.pool(x)))
+        x = self.head_drop(self.fc_norm(self.pool(x, mask)))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor | NaFlexBatch) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, C, H, W), or a :class:`~vision_attn.data.naflex.NaFlexBatch` of patch sequences
+        (each image at its own aspect ratio, padded, with its mask) -> logits (or pooled features)."""
+        if isinstance(x, NaFlexBatch):
+            return self.forward_head(self.forward_features(x), mask=x.mask.to(x.patches.device))
         return self.forward_head(self.forward_features(x))
 
     # ---------------------------------------------------------------- timm's contract: one level a block
@@ -409,7 +497,7 @@ class VisionTransformer(TimmContract, nn.Module):
         return None
 
     def convert_checkpoint(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recognise a timm/vision_attn, torchvision, official DINOv2 or OpenAI CLIP / open_clip state
+        """Recognise a timm/vision_attn, torchvision, official DINOv2 or DINOv3, or OpenAI CLIP / open_clip state
         dict, map it to our keys and resample the position table to this model's grid."""
         if "conv_proj.weight" in state_dict:
             state_dict = torchvision_to_timm(state_dict)
@@ -418,6 +506,11 @@ class VisionTransformer(TimmContract, nn.Module):
             state_dict = openai_clip_to_timm(state_dict, head_bias=head_bias)
         elif _is_open_clip_trunk(state_dict):
             state_dict = open_clip_trunk_to_timm(state_dict)
+        elif "storage_tokens" in state_dict:  # official DINOv3 (before DINOv2's test: it has a mask token too)
+            q_bias = any(k.endswith("attn.q_bias") for k in self.state_dict())
+            state_dict = dinov3_to_timm(state_dict, q_bias=q_bias, keep_mask_token=self.mask_token is not None)
+        elif "embeds.proj.weight" in state_dict:  # timm's NaFlex ViT (SigLIP 2)
+            state_dict = naflex_to_timm(state_dict, self.patch_embed.proj.in_channels)
         elif _is_dinov2(state_dict):
             state_dict = dinov2_to_timm(state_dict, no_embed_class=self.no_embed_class,
                                         keep_mask_token=self.mask_token is not None)
@@ -430,8 +523,36 @@ class VisionTransformer(TimmContract, nn.Module):
             side = math.isqrt(max(n_grid, 0))
             if side * side == n_grid and pos.shape[-1] == self.embed_dim:
                 state_dict["pos_embed"] = resample_abs_pos_embed(pos, self.pos_embed_grid, (side, side), n_prefix,
-                                                                 antialias=self.pos_embed_interp == "timm")
+                                                                 **POS_EMBED_INTERPS[self.pos_embed_interp])
         return state_dict
+
+
+# timm's NaFlex ViT (timm/models/naflexvit.py, SigLIP 2): the embeddings under ``embeds.``, the rest
+# timm's ViT keys as they are:
+#   embeds.proj (D, P*P*C), a Linear over (row, column, channel) patches -> patch_embed.proj (D, C, P, P)
+#   embeds.pos_embed (1, h, w, D)                                       -> pos_embed (1, h*w, D)
+# Refused by key: its other embeddings (a class or register token's, a norm: RADIO's variants).
+def naflex_to_timm(state_dict: dict[str, torch.Tensor], in_chans: int) -> dict[str, torch.Tensor]:
+    """Map timm's NaFlex ViT state dict (see above) to our keys."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key == "embeds.proj.weight":
+            out["patch_embed.proj.weight"] = linear_to_conv_patches(value, in_chans, f"timm NaFlex checkpoint: {key}")
+        elif key == "embeds.proj.bias":
+            out["patch_embed.proj.bias"] = value
+        elif key == "embeds.pos_embed":
+            out["pos_embed"] = value.reshape(1, -1, value.shape[-1])
+        elif key.startswith("embeds."):
+            raise CheckpointError(f"timm NaFlex checkpoint: key {key!r} is an embedding option vision_attn's SigLIP 2 "
+                                  f"ViT does not have")
+        else:
+            out[key] = value
+    return out
+
+
+def _takes(module: nn.Module, name: str) -> bool:
+    """Whether ``module``'s forward takes the keyword ``name``."""
+    return name in inspect.signature(module.forward).parameters
 
 
 # ------------------------------------------------------------------------------------------------
@@ -547,6 +668,76 @@ def dinov2_to_timm(state_dict: dict[str, torch.Tensor], no_embed_class: bool = F
         pos = out["pos_embed"]
         out["cls_token"] = out["cls_token"] + pos[:, :1]
         out["pos_embed"] = pos[:, 1:]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Official DINOv3 layout (github.com/facebookresearch/dinov3, dinov3/models/vision_transformer.py; the
+# files dinov3_vit*16_pretrain_*.pth), for the DINOv3 names of models/dinov3.py, mapped key by key:
+#   cls_token, patch_embed.proj, norm, blocks.{i}.{norm1, attn.qkv.weight, attn.proj, norm2,
+#     mlp.fc1, mlp.fc2}                                   -> the same
+#   storage_tokens (1, R, D)                              -> reg_token
+#   blocks.{i}.ls1.gamma / ls2.gamma                      -> blocks.{i}.gamma_1 / gamma_2
+#   blocks.{i}.mlp.w1 / w2 / w3 (SwiGLU: gate, value, out) -> blocks.{i}.mlp.fc1_g / fc1_x / fc2
+#   blocks.{i}.attn.qkv.bias (3D,) times its bias_mask (the key third masked to zero, as the model
+#     computes it)                                        -> attn.q_bias, attn.v_bias (the _qkvb names); a
+#     model without them takes only an all-zero bias (the distilled B, L, H+ files)
+#   rope_embed.periods (recomputed here, as timm does), bias_mask, local_cls_norm (7B pre-training only)
+#                                                         -> dropped; mask_token -> kept where the model has one
+# Refused, naming the key: an untied class-token norm (cls_norm: untie_cls_and_patch_norms), a key bias
+# the mask does not zero, anything else unknown.
+_DINOV3_TOP = {"cls_token", "storage_tokens", "mask_token", "patch_embed.proj.weight", "patch_embed.proj.bias",
+               "norm.weight", "norm.bias", "rope_embed.periods", "local_cls_norm.weight", "local_cls_norm.bias"}
+_DINOV3_BLOCK = {"norm1.weight": "norm1.weight", "norm1.bias": "norm1.bias", "attn.qkv.weight": "attn.qkv.weight",
+                 "attn.proj.weight": "attn.proj.weight", "attn.proj.bias": "attn.proj.bias",
+                 "ls1.gamma": "gamma_1", "ls2.gamma": "gamma_2", "norm2.weight": "norm2.weight",
+                 "norm2.bias": "norm2.bias", "mlp.fc1.weight": "mlp.fc1.weight", "mlp.fc1.bias": "mlp.fc1.bias",
+                 "mlp.fc2.weight": "mlp.fc2.weight", "mlp.fc2.bias": "mlp.fc2.bias",
+                 "mlp.w1.weight": "mlp.fc1_g.weight", "mlp.w1.bias": "mlp.fc1_g.bias",
+                 "mlp.w2.weight": "mlp.fc1_x.weight", "mlp.w2.bias": "mlp.fc1_x.bias",
+                 "mlp.w3.weight": "mlp.fc2.weight", "mlp.w3.bias": "mlp.fc2.bias"}
+
+
+def dinov3_to_timm(state_dict: dict[str, torch.Tensor], q_bias: bool,
+                   keep_mask_token: bool = False) -> dict[str, torch.Tensor]:
+    """Map an official DINOv3 ViT state dict to timm's (and our) keys (see above); ``q_bias``: the
+    target has query and value biases (timm's ``_qkvb`` names)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        m = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+        if m is None:
+            if key == "cls_norm.weight" or key == "cls_norm.bias":
+                raise CheckpointError(f"DINOv3 checkpoint: key {key!r} is a class-token norm apart from the patch "
+                                      f"tokens' (DINOv3's untie_cls_and_patch_norms), an option vision_attn's DINOv3 "
+                                      f"ViT does not have")
+            if key not in _DINOV3_TOP:
+                raise CheckpointError(f"DINOv3 checkpoint: key {key!r} has no counterpart in vision_attn's DINOv3 ViT")
+            if key in ("cls_token", "patch_embed.proj.weight", "patch_embed.proj.bias", "norm.weight", "norm.bias"):
+                out[key] = value
+            elif key == "storage_tokens":
+                out["reg_token"] = value
+            elif key == "mask_token" and keep_mask_token:
+                out[key] = value.reshape(1, -1)
+            continue
+        block, rest = m.groups()
+        if rest == "attn.qkv.bias_mask":
+            continue
+        if rest == "attn.qkv.bias":
+            mask = state_dict.get(f"blocks.{block}.attn.qkv.bias_mask")
+            bias = value * mask if mask is not None else value
+            q, k, v = bias.chunk(3)
+            if torch.any(k != 0):
+                raise CheckpointError(f"DINOv3 checkpoint: {key} has a key bias (its middle third, not masked to "
+                                      f"zero), an option vision_attn's DINOv3 attention (timm's) does not have")
+            if q_bias:
+                out[f"blocks.{block}.attn.q_bias"], out[f"blocks.{block}.attn.v_bias"] = q, v
+            elif torch.any(bias != 0):
+                raise CheckpointError(f"DINOv3 checkpoint: {key} has query and value biases: load it into the "
+                                      f"name's _qkvb variant (e.g. vit_small_patch16_dinov3_qkvb)")
+            continue
+        if rest not in _DINOV3_BLOCK:
+            raise CheckpointError(f"DINOv3 checkpoint: key {key!r} has no counterpart in vision_attn's DINOv3 ViT")
+        out[f"blocks.{block}.{_DINOV3_BLOCK[rest]}"] = value
     return out
 
 

@@ -4,7 +4,8 @@ its fused step where it applies.
 
 Layer ids follow the network's depth: 0 for the stem (patch embedding, tokens, position table; a
 CNN's first convolution), 1..L for the blocks (ViT ``blocks.i``; Swin ``layers.i.blocks.j`` counted
-through the stages, a patch merging with the block after it; ResNet ``layerK.j``), L+1 for the final
+through the stages, a patch merging with the block after it; ConvNeXt ``stages.i.blocks.j`` alike, a
+stage's downsampling with its first block; ResNet ``layerK.j``), L+1 for the final
 norm and head. With ``layer_decay`` d, layer i learns at ``lr * d ** (L + 1 - i)``: the head at the full
 rate, the stem slowest. timm's schedulers multiply each group's ``lr_scale`` into the rate they set.
 """
@@ -29,7 +30,7 @@ FUSED_DEVICES = ("cpu", "cuda")
 STEP_KEYS = ("fused", "foreach")
 """The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
 
-_STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|absolute_pos_embed|rope|conv1|bn1|stem)\b")
+_STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|pos_embed_win|pos_embed_window|absolute_pos_embed|rope|conv1|bn1|stem)\b")
 
 
 def layer_ids(model: nn.Module) -> tuple[Callable[[str], int], int]:
@@ -43,15 +44,16 @@ def layer_ids(model: nn.Module) -> tuple[Callable[[str], int], int]:
             return int(m.group(1)) + 1 if m else (0 if _STEM.match(name) else n + 1)
 
         return vit, n
-    stages = getattr(model, "layers", None)
-    if isinstance(stages, (nn.ModuleList, nn.Sequential)) and all(hasattr(s, "blocks") for s in stages):  # Swin
+    attr = "layers" if hasattr(model, "layers") else "stages"
+    stages = getattr(model, attr, None)
+    if isinstance(stages, (nn.ModuleList, nn.Sequential)) and all(hasattr(s, "blocks") for s in stages):  # Swin, ConvNeXt
         offsets, total = [], 0
         for stage in stages:
             offsets.append(total)
             total += len(stage.blocks)
 
         def swin(name: str) -> int:
-            m = re.match(r"^layers\.(\d+)\.(?:blocks\.(\d+)|downsample)", name)
+            m = re.match(rf"^{attr}\.(\d+)\.(?:blocks\.(\d+)|downsample)", name)
             if m:
                 return offsets[int(m.group(1))] + (int(m.group(2)) if m.group(2) else 0) + 1
             return 0 if _STEM.match(name) else total + 1

@@ -87,9 +87,11 @@ def get_task(name: str | Task) -> Task:
     return TASKS[name]
 
 
-def train(task: str, config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None) -> TrainResult:
-    """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration)."""
-    return run_training(config, get_task(task), echo=echo)
+def train(task: str, config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None,
+          callbacks: Sequence[Any] = ()) -> TrainResult:
+    """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration); ``callbacks``:
+    Lightning callbacks added to the run's own."""
+    return run_training(config, get_task(task), echo=echo, callbacks=callbacks)
 
 
 def build_train_parser(task: str | Task = "cls"):

@@ -156,9 +156,10 @@ def _record_resume(run: RunFolder, resumed: Resumed) -> list[dict[str, Any]]:
 
 
 def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
-                 echo: Echo | None = None) -> TrainResult:
+                 echo: Echo | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
     """Train ``task`` as ``config`` says (arguments, a nested dict or a parsed configuration of that
-    task) and write the run folder."""
+    task) and write the run folder. ``callbacks``: Lightning callbacks added to the run's own (a search's
+    pruning reporter)."""
     start = time.perf_counter()
     say: Echo = echo if echo is not None and _global_rank() == 0 else (lambda line: None)
     cfg = config if hasattr(config, "as_dict") else parse_train_config(config, task)
@@ -166,7 +167,7 @@ def run_training(config: Sequence[str] | Mapping[str, Any] | Any, task: Task, *,
     try:
         with warnings.catch_warnings():  # the filters below stay inside this call
             _quiet_lightning()
-            return _train(cfg, say, start, task)
+            return _train(cfg, say, start, task, list(callbacks))
     finally:
         end_loader_workers()  # an error left a persistent loader's workers running: they ignore SIGTERM
         torch.set_num_threads(threads)
@@ -194,7 +195,7 @@ def _rejected_as_config_error(section: str, make: Callable[[], T], keys: Sequenc
         raise _named_config_error(section, e, keys) from None
 
 
-def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
+def _train(cfg, say: Echo, start: float, task: Task, extra_callbacks: list[Any]) -> TrainResult:
     import pytorch_lightning as pl
 
     run = RunFolder(Path(cfg.runs_dir) / cfg.name)
@@ -217,7 +218,7 @@ def _train(cfg, say: Echo, start: float, task: Task) -> TrainResult:
     checkpoint_io = AtomicCheckpointIO(keep_previous={run.last: run.previous},
                                        preloaded=(resumed.path, resumed.checkpoint) if resumed is not None else None)
     trainer = _rejected_as_config_error("trainer", lambda: pl.Trainer(  # before the run folder is touched
-        **trainer_cfg, callbacks=_callbacks(run, progress, task, checkpoint_options), logger=loggers,
+        **trainer_cfg, callbacks=_callbacks(run, progress, task, checkpoint_options) + extra_callbacks, logger=loggers,
         default_root_dir=run.path, enable_progress_bar=progress, plugins=[checkpoint_io],
         use_distributed_sampler=False), list(trainer_cfg),
         (ValueError, TypeError, MisconfigurationException))

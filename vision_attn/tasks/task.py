@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Task", "Echo", "Options", "Listing"]
+__all__ = ["Task", "Echo", "Options", "Listing", "Explain", "ExplainTarget"]
 
 Echo = Callable[[str], None]
 
@@ -40,6 +40,40 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class ExplainTarget:
+    """What one class-activation map explains: ``label`` (its caption, e.g. ``7 0.93``), ``index`` (the
+    class), ``box`` (x1, y1, x2, y2 in input pixels, or None) and ``score(output) -> scalar``: the number
+    whose gradient a gradient method follows, read from one image's network output (no batch axis)."""
+
+    label: str
+    index: int
+    score: Callable[[Any], Any]
+    box: tuple[float, float, float, float] | None = None
+
+    def __call__(self, output: Any) -> Any:  # pytorch-grad-cam calls a target on one image's output
+        return self.score(output)
+
+
+@dataclass(frozen=True)
+class Explain:
+    """How ``vision-attn explain`` reads a run of the task.
+
+    ``methods``: the map methods the task serves (of ``gradcam``, ``gradcam++``, ``eigencam``,
+    ``layercam``, ``rollout``); ``to_input(run, image) -> (1, 3, H, W)``: an (H, W, 3) uint8 RGB image as
+    the network takes it (shown denormalised by the run's mean and std); ``output(raw) -> tensor``: the
+    network's eval output as a batch-first tensor the targets read (a segmenter's ``(pred, protos)`` ->
+    ``pred``); ``targets(run, output, k) -> [ExplainTarget]``: up to ``k`` targets of one image's
+    batched output (the top classes; the detected boxes); ``align(target, output) -> ExplainTarget``: the
+    same target (class, box) on another run's output of the same image, for ``--vs``."""
+
+    methods: tuple[str, ...]
+    to_input: Callable[[Any, Any], Any]
+    output: Callable[[Any], Any]
+    targets: Callable[[Any, Any, int], list[ExplainTarget]]
+    align: Callable[[ExplainTarget, Any], ExplainTarget]
+
+
+@dataclass(frozen=True)
 class Task:
     """One task.
 
@@ -67,7 +101,7 @@ class Task:
     ``classifier`` one (B, N) tensor, ``detector``, ``segmenter``); ``insertion``: where ``ablate``
     inserts attention (``yaml``: rows of the detector YAML ``model.yaml``; ``model``: ``model.attention``
     of ``create_model``); ``headline``: the ``metrics.json`` keys (fractions) ``ablate`` reports, with
-    their labels, the first plotted.
+    their labels, the first plotted; ``explain``: what ``vision-attn explain`` asks (an :class:`Explain`).
     """
 
     name: str
@@ -93,3 +127,4 @@ class Task:
     export_kind: str = "classifier"
     insertion: str | None = None
     headline: tuple[tuple[str, str], ...] = ()
+    explain: Explain | None = None

@@ -4,7 +4,7 @@
 builds the architecture its config states (``name`` may be omitted: the folder says what it is) and
 loads the weights with :func:`load_transformers`. The families that map each ``model_type``
 register themselves on import: ``hf/vit.py`` (ViT, DeiT, DINOv2), ``hf/swin.py`` (Swin, Swin V2),
-``hf/clip.py`` (CLIP and SigLIP vision towers).
+``hf/clip.py`` (CLIP and SigLIP vision towers), ``hf/siglip2.py`` (SigLIP 2 towers, NaFlex included), ``hf/dinov3.py`` (DINOv3 ViTs), ``hf/convnext.py`` (DINOv3 ConvNeXts), ``hf/hiera.py`` (Hiera).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from vision_attn.errors import CheckpointError
 from vision_attn.models.checkpoint import load_state_dict
 from vision_attn.models.hf.family import FAMILIES, Family, family_of
 from vision_attn.models.hf.folder import TransformersFolder, read_transformers_folder, transformers_folder
-from vision_attn.models.hf import clip, swin, vit  # noqa: F401  (each registers its families)
+from vision_attn.models.hf import clip, convnext, dinov3, hiera, siglip2, swin, vit  # noqa: F401  (each registers its families)
 
 __all__ = ["FAMILIES", "Family", "TransformersFolder", "family_of", "load_transformers", "read_transformers_folder",
            "transformers_folder"]

@@ -46,8 +46,12 @@ class TransformersFolder:
 
     def model_args(self) -> tuple[str, dict[str, Any]]:
         """The closest registered variant's name and the arguments that make it this folder's model
-        (``num_classes``: the file's head, 0 when it has none)."""
-        return self.family.model_args(self.config, self.state_dict)
+        (``num_classes``: the file's head, 0 when it has none). CheckpointError naming the config file
+        when it states something vision_attn cannot build."""
+        try:
+            return self.family.model_args(self.config, self.state_dict)
+        except CheckpointError as e:
+            raise CheckpointError(f"{self.folder / CONFIG}: {e}") from None
 
     def normalisation(self) -> dict[str, tuple[float, ...]]:
         """``mean`` and ``std`` of the folder's ``preprocessor_config.json`` (``image_mean``,

@@ -173,7 +173,7 @@ def _split(value: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
     return value.chunk(parts, dim=0)
 
 
-_LAYER = re.compile(r"^(layers|encoder\.layer)\.(\d+)\.(.+)$")
+_LAYER = re.compile(r"^(layers|encoder\.layer|model\.layer|layer)\.(\d+)\.(.+)$")
 
 
 def _modern(state_dict: StateDict, layout: _Layout) -> StateDict:
@@ -272,12 +272,13 @@ ACTIVATIONS: dict[str, str] = {
 
 
 class _Reader:
-    """``config.json`` values by name, checked, with the model type's defaults."""
+    """``config.json`` values by name, checked, with the model type's defaults (``defaults``: another
+    family's table, default :data:`DEFAULTS`)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, defaults: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.config = config
         self.model_type = str(config.get("model_type"))
-        self.defaults = DEFAULTS[self.model_type]
+        self.defaults = (DEFAULTS if defaults is None else defaults)[self.model_type]
 
     def _bad(self, key: str, value: Any, want: str) -> CheckpointError:
         return CheckpointError(f"transformers {self.model_type} config.json: {key}={value!r} is not {want}; "

@@ -141,7 +141,7 @@ class Detect(nn.Module):
         dist = self.dfl(box)  # (B, 4, A) distances to the left, top, right and bottom sides
         if self.reg_max == 1:  # raw distances (no DFL expectation) can be negative early in training
             dist = dist.clamp(min=0)  # so that every box is a valid xyxy box, if a degenerate one
-        return dist, cls, anchors.T.unsqueeze(0), strides.T.unsqueeze(0)
+        return dist, cls, anchors.transpose(0, 1).unsqueeze(0), strides.transpose(0, 1).unsqueeze(0)
 
     def decode(self, feats: Sequence[torch.Tensor]) -> torch.Tensor:
         """Raw maps of either branch -> (B, 4 + nc, A): (cx, cy, w, h) in pixels, class probabilities."""

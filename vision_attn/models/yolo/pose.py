@@ -83,7 +83,7 @@ class Pose(Detect):
         anchors, strides = make_anchors(feats, self.stride)
         k, d = self.kpt_shape
         y = kpts.view(kpts.shape[0], k, d, -1)
-        xy = (self.keypoint_offsets(y[:, :, :2]) + anchors.T.view(1, 1, 2, -1)) * strides.view(1, 1, 1, -1)
+        xy = (self.keypoint_offsets(y[:, :, :2]) + anchors.transpose(0, 1).view(1, 1, 2, -1)) * strides.view(1, 1, 1, -1)
         out = torch.cat((xy, y[:, :, 2:].sigmoid()), 2)
         return out.view(kpts.shape)
 

@@ -29,9 +29,12 @@ from vision_attn.data import (
 from vision_attn.data.device_augment import AUGMENT_ON, DeviceAugment, batch_seed
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
+from vision_attn.data.naflex import NaFlexCollate
+from vision_attn.data.transforms import naflex_transforms
 from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
 from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
 from vision_attn.errors import ConfigError
+from vision_attn.layers.naflex_batch import NaFlexBatch
 from vision_attn.tasks.data_module import ResumableDataModule, training_position
 
 __all__ = ["ClassificationDataModule"]
@@ -75,6 +78,12 @@ class ClassificationDataModule(ResumableDataModule):
         pin_memory: page-locked batches (None: when CUDA is available).
         drop_last: drop the incomplete last training batch (needed by Mixup, which wants even batches).
         seed: seed of the augmentation pipeline in the training process.
+        naflex: NaFlex's token budget (0: off): each image at its own aspect ratio, resized to at most
+            this many patches of ``naflex_patch`` px (the model's patch size) and patchified; a batch is
+            padded to its longest sequence, with a mask (:class:`~vision_attn.data.naflex.NaFlexBatch`,
+            timm's NaFlex loader's batches). No crop (``scale``, ``ratio`` and ``crop_pct`` are unused),
+            flips and colour jitter only, normalised in the loader; the model must take patch batches
+            (a ViT with a learned or no position table: ``naflexvit_*_siglip``, ``vit_*``).
     """
 
     def __init__(
@@ -104,6 +113,8 @@ class ClassificationDataModule(ResumableDataModule):
         pin_memory: bool | None = None,
         drop_last: bool = True,
         seed: int = 0,
+        naflex: int = 0,
+        naflex_patch: int = 16,
     ) -> None:
         mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD  # before save_hyperparameters reads them
         super().__init__()
@@ -117,6 +128,12 @@ class ClassificationDataModule(ResumableDataModule):
         if augment == "device" and normalize != "device":
             raise ConfigError("data.augment=device augments the uint8 batch on the device: set data.normalize: "
                               "device too")
+        if naflex and augment == "device":
+            raise ConfigError("data.naflex: images of many sizes are augmented in the loader; set data.augment: loader")
+        if naflex and rand_augment or naflex and random_erasing:
+            raise ConfigError("data.naflex takes flips and colour jitter only: set data.rand_augment: 0 and "
+                              "data.random_erasing: 0")
+        self.collate = NaFlexCollate(naflex_patch, naflex) if naflex else None
         self.save_hyperparameters()
         self.pixels = PixelNormalize(mean, std)  # what on_after_batch_transfer does to a uint8 batch
         # augment="device": what on_after_batch_transfer does to a training batch instead
@@ -170,6 +187,9 @@ class ClassificationDataModule(ResumableDataModule):
         # normalize="device": uint8 images, normalised by self.pixels in on_after_batch_transfer
         train_ft = TrainFileTransform(train_tf, normalize_on=hp.normalize)
         eval_ft = EvalFileTransform(self.eval_transform(), normalize_on=hp.normalize)
+        if self.collate is not None:  # NaFlex: the whole image, resized to the token budget by the collate
+            train_ft = naflex_transforms(hflip=hp.hflip, color_jitter=hp.color_jitter, mean=hp.mean, std=hp.std)
+            eval_ft = naflex_transforms(mean=hp.mean, std=hp.std)
         self.train_set = dataset(splits.train, splits.classes, train_ft)  # type: ignore[arg-type]
         self.val_set = dataset(splits.val, splits.classes, eval_ft)  # type: ignore[arg-type]
         if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
@@ -189,11 +209,12 @@ class ClassificationDataModule(ResumableDataModule):
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"
-        return self.loader(self.train_set, self.hparams.batch_size, train=True)
+        return self.loader(self.train_set, self.hparams.batch_size, train=True, collate_fn=self.collate)
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None, "call setup() first"
-        return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False)
+        return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False,
+                           collate_fn=self.collate)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """A uint8 batch (``normalize="device"``) normalised where it is now, on the training device
@@ -202,6 +223,10 @@ class ClassificationDataModule(ResumableDataModule):
         loader) as it is. Lightning calls this for the data module."""
         images, labels = batch
         trainer = self.trainer
+        if isinstance(images, NaFlexBatch):  # normalised in the loader
+            if trainer is not None:
+                images = images._replace(patches=trainer.precision_plugin.convert_input(images.patches))
+            return images, labels
         if self.augmenter is not None and trainer is not None and trainer.training:
             epoch, batch_index = training_position(trainer)  # of the batch in hand: it is not done yet
             seed = batch_seed(self.hparams.seed, trainer.global_rank, epoch, batch_index)

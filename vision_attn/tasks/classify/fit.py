@@ -20,6 +20,7 @@ from vision_attn.tasks.classify.yolo import YOLO_MEAN, YOLO_STD
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
+from vision_attn.tasks.classify.explain import CLASSIFY_EXPLAIN
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_classifier", "CLASSIFY"]
@@ -90,6 +91,7 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "ignored_files": datamodule.splits.ignored,
         "skipped_bad_images": len(datamodule.splits.bad),
         "img_size": cfg.data.img_size,
+        **({"naflex": {"max_patches": cfg.data.naflex, "patch": cfg.data.naflex_patch}} if cfg.data.naflex else {}),
         "val_top1": metric_value(cm, "val/top1"),
         "val_top5": metric_value(cm, "val/top5"),
         "val_loss": metric_value(cm, "val/loss"),
@@ -120,4 +122,4 @@ CLASSIFY = Task(
     paths={"model.pretrained": (), "model.teacher": (), "data.root": ()},
     evaluate=run_api.evaluate, eval_listing=run_api.eval_listing, predict=run_api.predict,
     predict_video=run_api.predict_video, prediction=run_api.PREDICTION, export_kind="classifier", insertion="model",
-    headline=(("val_top1", "top-1"), ("val_top5", "top-5")))
+    headline=(("val_top1", "top-1"), ("val_top5", "top-5")), explain=CLASSIFY_EXPLAIN)

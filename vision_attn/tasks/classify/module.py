@@ -22,6 +22,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from vision_attn.layers.naflex_batch import NaFlexBatch
 from vision_attn.errors import ConfigError
 from vision_attn.models import create_model
 from vision_attn.tasks.classify.network import build_network, network_spec
@@ -180,6 +181,8 @@ class ClassificationModule(TrainingModule):
         return self.eval_model()(self._layout(x))
 
     def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, NaFlexBatch):
+            return x
         return x.contiguous(memory_format=torch.channels_last) if self.use_channels_last else x
 
     def setup(self, stage: str) -> None:
@@ -218,13 +221,16 @@ class ClassificationModule(TrainingModule):
         x = self._layout(x)
         target: torch.Tensor = y
         if self.mixup_fn is not None:
+            if isinstance(x, NaFlexBatch):
+                raise ConfigError("Mixup/CutMix mix images of one size; data.naflex batches patch sequences: set "
+                                  "model.mixup: 0 and model.cutmix: 0")
             if x.shape[0] % 2:
                 raise ConfigError(f"Mixup/CutMix need an even batch; got {x.shape[0]} images: use an even "
                                   f"data.batch_size and data.drop_last true")
             x, target = self.mixup_fn(x, y)
         loss = self._loss(self.model(x), x, target)
         stop_if_not_finite(self, loss, batch_idx, clip="1.0")
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=x.shape[0])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
         return loss
 
     # ---------------------------------------------------------------- validation
@@ -235,9 +241,9 @@ class ClassificationModule(TrainingModule):
         self.val_top1(logits, y)
         self.val_top5(logits, y)
         self.val_confusion.update(logits, y)
-        self.log("val/loss", loss, on_epoch=True, sync_dist=True, batch_size=x.shape[0])
-        self.log("val/top1", self.val_top1, on_epoch=True, prog_bar=True, batch_size=x.shape[0])
-        self.log("val/top5", self.val_top5, on_epoch=True, batch_size=x.shape[0])
+        self.log("val/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(y))
+        self.log("val/top1", self.val_top1, on_epoch=True, prog_bar=True, batch_size=len(y))
+        self.log("val/top5", self.val_top5, on_epoch=True, batch_size=len(y))
 
     def on_validation_epoch_end(self) -> None:
         self.last_confusion = self.val_confusion.compute().cpu()  # synchronised across processes

@@ -17,8 +17,10 @@ from torch.utils.data import DataLoader
 
 from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, scan_folder
 from vision_attn.data.calibration import folder_calibration, labelled_folder
+from vision_attn.data.naflex import NaFlexCollate
+from vision_attn.data.transforms import naflex_transforms
 from vision_attn.data.video import FrameReader
-from vision_attn.errors import CheckpointError
+from vision_attn.errors import CheckpointError, ConfigError
 from vision_attn.tasks.classify.plots import draw_caption
 from vision_attn.tasks.classify.network import build_network
 from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_task_checkpoint
@@ -50,10 +52,21 @@ def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch
     std = tuple(data_hp.get("std", IMAGENET_STD))
     transform = eval_transforms(size, crop_pct=data_hp.get("crop_pct", 0.875), mean=mean, std=std,
                                 interpolation=data_hp.get("interpolation", "bicubic"))
+    if data_hp.get("naflex"):  # the run validated on NaFlex batches: so are its eval and predictions
+        transform = naflex_transforms(mean=mean, std=std)
     classes = list(hp.get("class_names") or [str(i) for i in range(hp["num_classes"])])
     hw = (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[-1]))
     return Run("cls", model.eval(), classes, hw, f"{hp['name']} ({path.parent.name}/{path.name})", path, hp, data_hp,
                mean=mean, std=std, transform=transform, size_recorded=hp.get("img_size") is not None or bool(data_hp))
+
+
+def _naflex(clf: Run, runtime: Runtime | None) -> NaFlexCollate | None:
+    """The collate of a run trained with ``data.naflex`` (None: square images); such a run runs in PyTorch."""
+    budget = int(clf.data_hparams.get("naflex") or 0)
+    if budget and runtime is not None:
+        raise ConfigError(f"{clf.path}: a data.naflex run takes patch sequences of many lengths, which exported "
+                          f"graphs do not: leave out --runtime")
+    return NaFlexCollate(int(clf.data_hparams.get("naflex_patch", 16)), budget) if budget else None
 
 
 def load_classifier(path: str | os.PathLike) -> Run:
@@ -82,12 +95,13 @@ def evaluate_classifier(checkpoint: str | os.PathLike, data: str | os.PathLike, 
     names must be among the checkpoint's. ``runtime``: the network run there (calibrated, where it
     calibrates, on 256 of ``data``'s training images)."""
     clf = load_classifier(checkpoint)
+    collate = _naflex(clf, runtime)
     network = None if runtime is None else runtime(
         clf.model, clf.img_size, lambda: folder_calibration(data, clf.transform, clf.classes, images=256))
     folder = labelled_folder(data, "val")
     scan = scan_folder(folder, classes=clf.classes, role="eval")
     loader = DataLoader(ImageFolder(scan.samples, clf.classes, clf.transform), batch_size=batch_size,
-                        num_workers=num_workers)
+                        num_workers=num_workers, collate_fn=collate)
     n = len(clf.classes)
     k = min(5, n)
     confusion = torch.zeros(n, n, dtype=torch.int64)
@@ -107,7 +121,9 @@ def _top_k(clf: Run, images: Sequence[np.ndarray], k: int, network: Callable[[to
            ) -> list[list[dict[str, Any]]]:
     """The ``k`` most probable labels of each (H, W, 3) uint8 RGB image, by ``clf.model`` or ``network``:
     ``[{"label", "index", "prob"}]``."""
-    x = torch.stack([clf.transform(image=image)["image"] for image in images])  # (B, 3, H, W)
+    tensors = [clf.transform(image=image)["image"] for image in images]
+    collate = _naflex(clf, None)
+    x = collate([(t, 0) for t in tensors])[0] if collate is not None else torch.stack(tensors)  # (B, 3, H, W)
     probs = (network or clf.model)(x).float().softmax(dim=-1)
     values, indices = probs.topk(k, dim=-1)
     return [[{"label": clf.classes[j], "index": j, "prob": round(pv, 6)} for pv, j in zip(v, i)]
@@ -121,6 +137,7 @@ def predict_images(checkpoint: str | os.PathLike, images: Sequence[str | os.Path
     ``[{"image": path, "top": [{"label", "index", "prob"}, ...]}, ...]``. ``runtime``: run the
     network there instead of in PyTorch."""
     clf = load_classifier(checkpoint)
+    _naflex(clf, runtime)
     network = None if runtime is None else runtime(clf.model, clf.img_size, None)
     paths = image_paths(images)
     k = max(1, min(top_k, len(clf.classes)))
@@ -140,6 +157,7 @@ def predict_classification_video(checkpoint: str | os.PathLike, reader: FrameRea
     frame (``{"frame", "time", "top"}``); see :func:`~vision_attn.tasks.stream.predict_stream`.
     ``runtime``: as in :func:`predict_images`."""
     clf = load_classifier(checkpoint)
+    _naflex(clf, runtime)
     network = None if runtime is None else runtime(clf.model, clf.img_size, None)
     k = max(1, min(top_k, len(clf.classes)))
     return predict_stream(reader, output, infer=lambda frames: _top_k(clf, frames, k, network),

@@ -19,6 +19,7 @@ from vision_attn.tasks.detect import run as run_api
 from vision_attn.tasks.detect.run import load_detector_run
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
+from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_detector", "build_detection", "detection_shadow", "detection_report", "DETECT"]
@@ -102,4 +103,4 @@ DETECT = Task(
                                run_api.predict_detection_video),
     eval_listing=run_api.eval_listing, prediction=("detections (class score)", run_api.detections_cell),
     written="boxes and detections.json", export_kind="detector", insertion="yaml",
-    headline=(("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")))
+    headline=(("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")), explain=DETECT_EXPLAIN)

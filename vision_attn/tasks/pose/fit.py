@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
 from vision_attn.tasks.detect.fit import build_detection, detection_report, detection_shadow
 from vision_attn.tasks.detect.run import detection_calls
 from vision_attn.tasks.pose import run as run_api
@@ -62,4 +63,4 @@ POSE = Task(
     eval_listing=run_api.eval_listing, prediction=("detections (class score, keypoints)", run_api.keypoints_cell),
     written="boxes with keypoints and keypoints.json", export_kind="keypoints", insertion="yaml",
     headline=(("val_pose_map", "keypoint mAP@.5:.95"), ("val_pose_map50", "keypoint mAP@.5"),
-              ("val_map50", "box mAP@.5"), ("val_map", "box mAP@.5:.95")))
+              ("val_map50", "box mAP@.5"), ("val_map", "box mAP@.5:.95")), explain=DETECT_EXPLAIN)

@@ -18,6 +18,7 @@ from vision_attn.tasks.segment.plots import SEGMENTATION_PANELS
 from vision_attn.tasks.detect.run import detection_calls, detections_cell
 from vision_attn.tasks.segment import run as run_api
 from vision_attn.tasks.segment.run import load_segmenter_run
+from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["train_segmenter", "SEGMENT"]
@@ -62,4 +63,4 @@ SEGMENT = Task(
     eval_listing=run_api.eval_listing, prediction=("instances (class score)", detections_cell),
     written="masks and segments.json", export_kind="segmenter", insertion="yaml",
     headline=(("val_mask_map50", "mask mAP@.5"), ("val_mask_map", "mask mAP@.5:.95"), ("val_map50", "box mAP@.5"),
-              ("val_map", "box mAP@.5:.95")))
+              ("val_map", "box mAP@.5:.95")), explain=DETECT_EXPLAIN)

@@ -1,0 +1,79 @@
+"""Quantization-aware training (`export quantize --qat`): NNCF's fake-quantized fine-tune of a run, its
+OpenVINO INT8 and onnxruntime QDQ exports against the fake-quantized PyTorch network, `eval --int8-model`,
+and a run with a layer the INT8 export cannot write."""
+from __future__ import annotations
+
+import json
+import re
+
+import onnx
+import pytest
+import torch
+
+from vision_attn.cli import main
+from vision_attn.export.onnx import onnx_session, run_onnx
+from vision_attn.export.openvino import openvino_model, run_openvino
+from vision_attn.export.qat import quantize_aware
+from vision_attn.layers.mlp import Mlp
+from vision_attn.tasks import load_run
+from tests.checkpoints import classifier_checkpoint
+
+
+@pytest.fixture(scope="module")
+def qat(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qat")
+    ckpt = classifier_checkpoint(root / "best.ckpt")
+    report = quantize_aware(ckpt, root / "int8", data="demo:digits", steps=2, calibration_images=16, batch_size=8)
+    return ckpt, report
+
+
+def test_int8_models_match_the_fake_quantized_network(qat):
+    ckpt, r = qat
+    assert sorted(p.name for p in r.folder.iterdir()) == ["model.int8.bin", "model.int8.xml", "model.qdq.onnx",
+                                                           "qat.json"]
+    assert r.steps == 2 and json.loads((r.folder / "qat.json").read_text())["steps"] == 2
+    # attention's products are quantized too: the inputs of scaled_dot_product_attention have quantizers
+    sdpa = {m.group(0) for n, _ in r.network.named_modules()
+            if (m := re.search(r"scaled_dot_product_attention/\d+__\d", n))}
+    assert len(sdpa) == 4 and r.quantizers == 24  # query and key of each block's attention product
+    ops = {n.op_type for n in onnx.load(r.files["onnxruntime"]).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops and "FakeQuantize" not in ops
+    xml = r.files["openvino"].read_text()  # OpenVINO stores the 10 weights as int8 constants, 14 activations' FQs
+    assert xml.count('type="FakeQuantize"') == 14 and xml.count('element_type="i8"') == 10
+    # the fine-tune changed the weights (the run's are the EMA weights load_run gives)
+    before = load_run(ckpt).model.state_dict()["head.weight"]
+    after = dict(r.network.named_parameters())["head.weight"]
+    assert not torch.equal(before, after)
+    x = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = r.network(x)
+    ov = run_openvino(openvino_model(r.files["openvino"]), x)
+    ort = run_onnx(onnx_session(r.files["onnxruntime"]), x)[0]
+    scale = float(ref.abs().max())
+    for out in (ov, ort):
+        assert out.shape == (3, 10)
+        assert float((out - ref).abs().max()) < 0.02 * scale  # int8 kernels: within a few quantization steps
+    assert set(r.top1) == {"fp32", "openvino", "onnxruntime"} and r.images == 359
+
+
+def test_eval_runs_the_qat_model(qat, capsys):
+    ckpt, r = qat
+    assert main(["eval", "cls", "--checkpoint", str(ckpt), "--data", "demo:digits", "--runtime", "openvino-int8",
+                 "--int8-model", str(r.files["openvino"])]) == 0
+    text = capsys.readouterr().out
+    assert f"{100 * r.top1['openvino']:.2f}" in text
+    assert main(["eval", "cls", "--checkpoint", str(ckpt), "--data", "demo:digits", "--runtime", "openvino-int8",
+                 "--int8-model", str(r.files["onnxruntime"])]) == 2
+    assert "--int8-model" in capsys.readouterr().err
+
+
+def test_qat_refuses_a_layer_it_cannot_export(tmp_path, capsys, monkeypatch):
+    ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
+    forward = Mlp.forward
+    monkeypatch.setattr(Mlp, "forward", lambda self, x: torch.special.bessel_j0(forward(self, x)))
+    assert main(["export", "quantize", "--checkpoint", str(ckpt), "--qat", "--data", "demo:digits",
+                 "--calibration-images", "8", "--steps", "1", "-o", str(tmp_path / "int8")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert re.search(r"layer blocks\.0\.mlp \(Mlp\) calls aten::special_bessel_j0", err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]  # nothing written
