@@ -1,7 +1,7 @@
 """The ``vision-attn`` command: the root parser, ``main`` and the one-line error printing.
 
 Every subcommand is one file in :mod:`vision_attn.commands`, named after it (``models``, ``flops``,
-``demo``, ``configs``, ``train cls|det|seg``, ``eval``, ``predict``, ``yaml info|insert|remove``,
+``demo``, ``configs``, ``train cls|det|seg|pose|obb``, ``eval``, ``predict``, ``yaml info|insert|remove``,
 ``benchmark``, ``compare``, ``attn-map``, ``export``): argument parsing and printing only, every command
 a call into the public API. Errors that vision_attn reports (:class:`~vision_attn.errors.VisionAttnError`)
 are printed as one line ``error: ...`` on stderr with exit status 2; any other exception (a bug, or a

@@ -43,3 +43,11 @@ def test_batch_limits_keep_int_and_float_apart_whatever_was_imported_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "0.5", "2"]
+
+
+@pytest.mark.parametrize("task,folder,data", [("pose", "pose", "demo:digit-keypoints"), ("obb", "obb", "demo:digit-obb")])
+def test_pose_and_obb_training_configs_parse_and_name_their_yaml(task, folder, data):
+    for path in sorted((ROOT / "configs" / "train" / folder).glob("*.yaml")):
+        cfg = to_dict(parse_train_config(["--config", str(path)], task=task))
+        assert (ROOT / "configs" / "models" / cfg["model"]["yaml"]).is_file() and cfg["data"]["data"] == data
+        assert f"-{folder}" in cfg["model"]["yaml"] and cfg["data"]["img_size"] == 160

@@ -13,11 +13,12 @@ import pytest
 
 import vision_attn
 import vision_attn.losses
+from vision_attn.export.outputs import OUTPUTS
 from vision_attn.tasks import TASKS
 
 ROOT = Path(vision_attn.__file__).parent
 ASKERS = ("commands", "export", "ablation", "search", "analysis")
-HEAD_MODULES = ("detect", "segment", "classify", "rtdetr_decoder", "v10")
+HEAD_MODULES = ("detect", "segment", "pose", "obb", "classify", "rtdetr_decoder", "v10")
 
 
 def _task_words() -> set[str]:
@@ -102,7 +103,7 @@ def test_the_commands_ask_the_task_record(package):
 
 def test_every_task_record_answers_the_commands():
     for task in TASKS.values():
-        assert task.export_kind in ("classifier", "detector", "segmenter"), task.name
+        assert task.export_kind in OUTPUTS, task.name
         assert task.insertion in ("yaml", "model", None), task.name
         if task.insertion is not None:
             assert task.headline, f"{task.name}: ablate needs Task.headline"

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from vision_attn.errors import ConfigError
-from vision_attn.io.resources import find_shipped, shipped_configs
+from vision_attn.io.resources import KINDS, find_shipped, shipped_configs
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,8 +33,10 @@ def _cmd_configs(args: argparse.Namespace, console: Console) -> int:
     found = shipped_configs(pattern)
     if not found:
         raise ConfigError(f"no shipped config matches {pattern!r}: run `vision-attn configs` to list them all")
-    table = Table(caption="kind: model (a detector YAML: yaml info|insert NAME, flops NAME, model.yaml), cls, det or seg "
-                  "(train cls|det|seg --config NAME); a model YAML also takes a scale letter (yolov8n.yaml); "
+    tasks = [k for k in KINDS if k != "model"]  # the tasks with shipped training configs
+    table = Table(caption=f"kind: model (a detector YAML: yaml info|insert NAME, flops NAME, model.yaml), "
+                  f"{', '.join(tasks)} (train {'|'.join(tasks)} --config NAME); a model YAML also takes a scale letter "
+                  "(yolov8n.yaml); "
                   "`vision-attn configs show NAME` prints one", caption_justify="left")
     for col in ("name", "kind", "what it is"):
         table.add_column(col)

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vision_attn.commands._runtime import add_runtime_argument, runtime_of
-from vision_attn.commands.train import TASK_HELP
+from vision_attn.commands.train import TASK_HELP, TASK_NAMES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,7 +50,7 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``eval``."""
-    p = sub.add_parser("eval", help="evaluate a trained run: `eval cls|det|seg --checkpoint RUN --data PATH`",
+    p = sub.add_parser("eval", help=f"evaluate a trained run: `eval {'|'.join(TASK_NAMES)} --checkpoint RUN --data PATH`",
                        description="cls: top-1, top-5 and per-class accuracy of a run's checkpoint on a folder "
                        "(its val/ folder when it has one) or demo:NAME. det: COCO mAP@[.5:.95], mAP@.5 and "
                        "per-class AP on the val split of a COCO folder, a YOLO data YAML or demo:digit-boxes. seg: box "

@@ -56,6 +56,7 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from vision_attn.export import export_onnx
+    from vision_attn.export.outputs import WITH_NMS
     from vision_attn.export.verify import verify_onnx
     from vision_attn.models.yolo.postprocess import is_end_to_end
 
@@ -69,6 +70,9 @@ def _cmd_onnx(args: argparse.Namespace, console: Console) -> int:
     if args.nms and not dep.boxes:
         raise ConfigError("--nms applies to detectors and segmenters (--yaml or a det/seg run); a classifier has no "
                           "boxes")
+    if args.nms and dep.kind not in WITH_NMS:
+        raise ConfigError(f"--nms applies to detectors and segmenters; {dep.label} exports its {dep.kind} rows "
+                          f"({outputs[0]}): export it without --nms and run the NMS on them (eval / predict --runtime do)")
     if args.nms and end2end and dep.kind == "segmenter":
         raise ConfigError(f"{dep.label} is an end-to-end segmenter (YOLO26): export it without --nms and keep the "
                           "rows of its top-k scores (the graph's outputs are the one-to-one branch's)")

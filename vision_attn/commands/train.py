@@ -1,4 +1,4 @@
-"""``vision-attn train cls|det|seg --config NAME [--section.key value ...]``: parsing and printing only;
+"""``vision-attn train cls|det|seg|pose|obb --config NAME [--section.key value ...]``: parsing and printing only;
 the work is :func:`vision_attn.tasks.train` of the task named (see :mod:`vision_attn.tasks.registry`)."""
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-TASK_NAMES = ("cls", "det", "seg")
+TASK_NAMES = ("cls", "det", "seg", "pose", "obb")
 """The built-in tasks of the registry (vision_attn.tasks.TASKS; a test keeps them registered), named here so
 that `--help` imports no torch. The commands take any registered task's name (vision_attn.tasks.register_task):
 the registry checks it."""
-TASK_HELP = ("cls: image classification; det: object detection; seg: instance segmentation (or a task added with "
+TASK_HELP = ("cls: image classification; det: object detection; seg: instance segmentation; pose: keypoints; "
+             "obb: oriented boxes (or a task added with "
              "vision_attn.tasks.register_task)")
 PRINT_CONFIG_FLAGS = ("--print-config", "--print_config")
 
@@ -66,10 +67,11 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> int:
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add ``train``."""
-    p = sub.add_parser("train", help="train a model: `train cls|det|seg --config NAME` (`vision-attn configs` lists them)",
+    p = sub.add_parser("train", help=f"train a model: `train {'|'.join(TASK_NAMES)} --config NAME` (`vision-attn configs` lists them)",
                        description="Train a classifier (cls) on ImageNet-style folders, a YOLO-style detector (det) "
-                       "on COCO json / YOLO txt data or a YOLO-style instance-segmentation model (seg) on COCO "
-                       "segmentations / YOLO polygon labels with PyTorch Lightning. --config takes a file or a shipped "
+                       "on COCO json / YOLO txt data, a YOLO-style instance-segmentation model (seg) on COCO "
+                       "segmentations / YOLO polygon labels, a keypoint model (pose) on YOLO keypoint labels / COCO "
+                       "keypoints or an oriented-box model (obb) on DOTA-style labels with PyTorch Lightning. --config takes a file or a shipped "
                        "name (demo_digits, demo_digit_boxes, demo_digit_masks; `vision-attn configs`). `vision-attn train cls --help` "
                        "(or `train det --help`) lists every config key.")
     p.add_argument("task", help=TASK_HELP)

@@ -12,7 +12,8 @@ the same input: the export adds no more error than float32 arithmetic itself mak
 convolutions (Winograd among them) round further: measured 2-6x PyTorch float32's own distance on that
 model (random batch-norm statistics, four seeds), so its check allows 8x (``factor``); classifiers
 agree within 2e-6. A segmenter's mask coefficients and prototypes (or, after NMS, its mask
-logits) are held to 1e-4 like its scores, with the same float64 allowance.
+logits) are held to 1e-4 like its scores, with the same float64 allowance; a keypoint model's points
+(pixels) to 1e-3 like boxes, an oriented-box model's angles (radians) to 1e-4.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch
 
 from vision_attn.errors import ExportError
 from vision_attn.export.onnx import onnx_session, run_onnx
+from vision_attn.export.outputs import CHANNELS
 from vision_attn.export.sample import classifier_input, letterbox_input
 from vision_attn.export.source import Deployable
 from vision_attn.export.nms import SegmenterWithNMS
@@ -34,6 +36,8 @@ __all__ = ["ParityCheck", "ParityReport", "verify_onnx", "verify_outputs", "TOLE
 
 TOLERANCE = 1e-4
 BOX_TOLERANCE = 1e-3
+PIXELS = ("boxes", "keypoints")
+"""The quantities in input pixels (held to ``BOX_TOLERANCE``); the rest (probabilities, angles) to ``TOLERANCE``."""
 
 
 @dataclass
@@ -70,13 +74,20 @@ class ParityReport:
         return all(c.passes(self.tolerances, self.factor) for c in self.checks)
 
 
-def _parts(kind: str, outs: Sequence[torch.Tensor], rows: bool) -> dict[str, torch.Tensor]:
+def _parts(kind: str, outs: Sequence[torch.Tensor], rows: bool, nc: int | None = None) -> dict[str, torch.Tensor]:
     """The quantities of a graph's outputs compared one by one: a classifier's logits; a detector's boxes
     and scores (rows (..., N, 6) after NMS or top-k, or (B, 4 + nc, A)); a segmenter's also its mask
-    coefficients and prototypes (or, after NMS, its (N, Hp, Wp) masks)."""
+    coefficients and prototypes (or, after NMS, its (N, Hp, Wp) masks); a kind of :data:`CHANNELS` the
+    quantities it names (``nc``: the class count)."""
     first = outs[0]
     if kind == "classifier":
         return {"logits": first}
+    if kind in CHANNELS and not rows and first.ndim == 3:
+        parts, start = {}, 0
+        for name, count in CHANNELS[kind]:
+            stop = first.shape[1] if count is None else start + (nc if count == -1 else count)  # type: ignore[operator]
+            parts[name], start = first[:, start:stop], stop
+        return parts
     if first.ndim == 2 or rows:  # (..., N, 6) x1 y1 x2 y2 score class
         parts = {"boxes": first[..., :4], "scores": first[..., 4:]}
         return {**parts, "masks": outs[1]} if kind == "segmenter" else parts
@@ -90,8 +101,8 @@ def _tuple(out: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ..
     return (out,) if isinstance(out, torch.Tensor) else tuple(out)
 
 
-def _diffs(kind: str, ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], rows: bool = False
-           ) -> dict[str, float]:
+def _diffs(kind: str, ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], rows: bool = False,
+           nc: int | None = None) -> dict[str, float]:
     """The largest absolute difference of each quantity (:func:`_parts`) between two runs' outputs."""
     if len(ours) != len(ref):
         raise ExportError(f"the exported model returned {len(ours)} outputs where PyTorch gives {len(ref)}")
@@ -99,7 +110,7 @@ def _diffs(kind: str, ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor],
         if o.shape != r.shape:
             raise ExportError(f"the exported model returned shape {tuple(o.shape)} where PyTorch gives "
                               f"{tuple(r.shape)}{' (a different number of detections)' if o.ndim == 2 and kind != 'classifier' else ''}")
-    a, b = _parts(kind, ours, rows), _parts(kind, ref, rows)
+    a, b = _parts(kind, ours, rows, nc), _parts(kind, ref, rows, nc)
     if not all(torch.isfinite(o).all() for o in ours):
         return {k: float("inf") for k in a}
     return {k: float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a}
@@ -139,9 +150,11 @@ def verify_outputs(run: Callable[[torch.Tensor], torch.Tensor | Sequence[torch.T
              else classifier_input((h, w), deployable.mean, deployable.std))
     inputs.append(("china.jpg", photo))
     tolerances = {"logits": TOLERANCE * scale}
+    nc = getattr(deployable.model.model[-1], "nc", None) if deployable.boxes else None
     if deployable.boxes:
         masks = (("masks",) if isinstance(model, SegmenterWithNMS) else ("coeffs", "protos")) if kind == "segmenter" else ()
-        tolerances = {k: (BOX_TOLERANCE if k == "boxes" else TOLERANCE) * scale for k in ("boxes", "scores", *masks)}
+        names = tuple(n for n, _ in CHANNELS[kind]) if kind in CHANNELS and not rows else ("boxes", "scores", *masks)
+        tolerances = {k: (BOX_TOLERANCE if k in PIXELS else TOLERANCE) * scale for k in names}
     report = ParityReport(tolerances=tolerances, factor=factor)
     model64 = copy.deepcopy(model).double() if deployable.boxes else None
     for name, x in inputs:
@@ -153,14 +166,14 @@ def verify_outputs(run: Callable[[torch.Tensor], torch.Tensor | Sequence[torch.T
         except Exception as e:  # noqa: BLE001 - runtimes raise one type per cause
             raise ExportError(f"{path}: {runtime} failed on {name} {tuple(x.shape)}: "
                               f"{str(e).strip().splitlines()[0][:300]}") from None
-        check = ParityCheck(name, tuple(x.shape), _diffs(kind, ours, ref, rows=rows))
+        check = ParityCheck(name, tuple(x.shape), _diffs(kind, ours, ref, rows=rows, nc=nc))
         if exact is not None and [e.shape for e in exact] == [r.shape for r in ref]:
-            check.exact = _diffs(kind, ours, exact, rows=rows)
-            check.own = _diffs(kind, ref, exact, rows=rows)
+            check.exact = _diffs(kind, ours, exact, rows=rows, nc=nc)
+            check.own = _diffs(kind, ref, exact, rows=rows, nc=nc)
         elif exact is not None:  # NMS kept another count in float64: PyTorch's own error before the NMS
             with torch.no_grad():
                 check.own = _diffs(kind, _tuple(deployable.model(x)),
-                                   _tuple(getattr(model64, "detector", model64)(x.double())))
+                                   _tuple(getattr(model64, "detector", model64)(x.double())), nc=nc)
         report.checks.append(check)
     if not report.ok:
         worst = next(c for c in report.checks if not c.passes(report.tolerances, report.factor))

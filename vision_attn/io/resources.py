@@ -24,9 +24,9 @@ from typing import Iterable, Literal
 __all__ = ["Kind", "ShippedConfig", "configs_root", "shipped_configs", "find_shipped", "resolve_path",
            "without_scale", "KINDS", "training_config"]
 
-Kind = Literal["model", "cls", "det", "seg"]
+Kind = Literal["model", "cls", "det", "seg", "pose", "obb"]
 KINDS: dict[str, tuple[str, ...]] = {"model": ("models",), "cls": ("train", "classify"), "det": ("train", "detect"),
-                                 "seg": ("train", "segment")}
+                                 "seg": ("train", "segment"), "pose": ("train", "pose"), "obb": ("train", "obb")}
 """Each kind of shipped config and its folder under ``configs/``."""
 YAML_SUFFIXES = (".yaml", ".yml")
 _SCALE_IN_NAME = re.compile(r"yolo(?:e-)?v?\d+([nslmx])(?![a-z0-9])")  # ultralytics' rule (PEER_FACTS.md)
@@ -60,11 +60,12 @@ class ShippedConfig:
         return ""
 
 
-def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> list[ShippedConfig]:
-    """The shipped configs whose name matches the shell-style ``pattern``, by kind, then name."""
+def shipped_configs(pattern: str = "*", kinds: Iterable[Kind] | None = None) -> list[ShippedConfig]:
+    """The shipped configs whose name matches the shell-style ``pattern``, by kind (default: every kind of
+    :data:`KINDS`), then name."""
     root = configs_root()
     out = []
-    for kind in kinds:
+    for kind in kinds if kinds is not None else tuple(KINDS):
         folder = root.joinpath(*KINDS[kind])
         for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
             if fnmatch.fnmatch(path.stem, pattern) or fnmatch.fnmatch(path.name, pattern):
@@ -81,8 +82,9 @@ def without_scale(name: str) -> tuple[str, str | None]:
     return str(p.with_name(p.stem[: m.start(1)] + p.stem[m.end(1):] + p.suffix)), m.group(1)
 
 
-def find_shipped(name: str, kinds: Iterable[Kind] = ("model", "cls", "det", "seg")) -> Path | None:
-    """The shipped file called ``name`` (with or without ``.yaml``; ``yolov8n.yaml`` finds ``yolov8.yaml``)."""
+def find_shipped(name: str, kinds: Iterable[Kind] | None = None) -> Path | None:
+    """The shipped file called ``name`` (with or without ``.yaml``; ``yolov8n.yaml`` finds ``yolov8.yaml``)
+    among the ``kinds`` (default: all)."""
     if not name or os.sep in name or "/" in name:
         return None
     stem = Path(name).stem if name.lower().endswith(YAML_SUFFIXES) else name

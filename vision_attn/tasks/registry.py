@@ -1,6 +1,6 @@
 """The tasks vision_attn trains, by name, and what the command line and the tools after training call.
 
-``TASKS`` maps ``cls``, ``det`` and ``seg`` to their :class:`~vision_attn.tasks.task.Task`. The functions here
+``TASKS`` maps ``cls``, ``det``, ``seg``, ``pose`` and ``obb`` to their :class:`~vision_attn.tasks.task.Task`. The functions here
 take a task by name: :func:`train` (``vision-attn train TASK``), :func:`parse_train_config`,
 :func:`dump_config`, :func:`build_train_parser`, and :func:`load_run`, the one loader of a trained run
 that ``eval``, ``predict``, ``flops``, ``compare`` and ``export`` share: it reads the task and the model
@@ -20,15 +20,17 @@ from vision_attn.io.yaml import DETECTOR_LIMITS, read_yaml
 from vision_attn.tasks import config as _config
 from vision_attn.tasks.classify.fit import CLASSIFY
 from vision_attn.tasks.detect.fit import DETECT
+from vision_attn.tasks.obb.fit import OBB_TASK
+from vision_attn.tasks.pose.fit import POSE
 from vision_attn.tasks.runner import TrainResult, run_training
 from vision_attn.tasks.segment.fit import SEGMENT
 from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of, task_of_yaml
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["TASKS", "get_task", "register_task", "train", "parse_train_config", "dump_config", "build_train_parser",
-           "load_run", "task_of_config", "task_of_export_kind"]
+           "load_run", "task_of_config", "task_of_export_kind", "task_of_network"]
 
-TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT, SEGMENT)}
+TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT, SEGMENT, POSE, OBB_TASK)}
 
 
 def register_task(task: Task, *, replace: bool = False) -> Task:
@@ -56,8 +58,19 @@ def task_of_config(model: Mapping[str, Any], base: Path) -> str | None:
     return CLASSIFY.name if "name" in model else None
 
 
+def task_of_network(network: torch.nn.Module) -> Task | None:
+    """The first registered task that trains ``network`` (a YAML network: its ``task``, the head's family, among
+    the task module's ``heads``); None for any other network (a classifier)."""
+    family = getattr(network, "task", None)
+    for task in TASKS.values():
+        if family is not None and family in getattr(task.module, "heads", ()):
+            return task
+    return None
+
+
 def task_of_export_kind(kind: str) -> Task:
-    """The first registered task whose runs export as ``kind`` (``classifier``, ``detector``, ``segmenter``)."""
+    """The first registered task whose runs export as ``kind`` (``classifier``, ``detector``, ``segmenter``,
+    ``keypoints``, ``rotated``)."""
     for task in TASKS.values():
         if task.export_kind == kind:
             return task

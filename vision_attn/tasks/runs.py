@@ -79,10 +79,16 @@ def read_task_checkpoint(path: str | os.PathLike, task: str) -> tuple[dict[str, 
     return ckpt, file
 
 
+HEAD_TASKS = (("Segment", "seg"), ("Pose", "pose"), ("OBB", "obb"))
+"""The task of a YAML whose last row's module name starts so (any other: ``det``)."""
+
+
 def task_of_yaml(yaml: dict[str, Any]) -> str:
-    """The task of a detector YAML's network: ``seg`` when its last row is a Segment head, else ``det``."""
+    """The task of a detector YAML's network by its last row: ``seg`` (a Segment head), ``pose`` (Pose),
+    ``obb`` (OBB), else ``det``."""
     head = (yaml.get("head") or [[None, None, None]])[-1]
-    return "seg" if isinstance(head, list) and len(head) > 2 and str(head[2]).startswith("Segment") else "det"
+    module = str(head[2]) if isinstance(head, list) and len(head) > 2 else ""
+    return next((task for prefix, task in HEAD_TASKS if module.startswith(prefix)), "det")
 
 
 def task_of(ckpt: dict[str, Any] | UltralyticsCheckpoint) -> str | None:

@@ -133,6 +133,10 @@ class DetectionDataModule(ResumableDataModule):
     def num_classes(self) -> int:
         return len(self.names)
 
+    def model_fill(self) -> dict[str, Any]:
+        """The module's arguments the data sets (the Task record's ``filled``): its classes."""
+        return {"num_classes": self.num_classes, "class_names": self.names}
+
     def category_ids(self) -> list[int]:
         """The COCO category id of each class index."""
         return list(self.scan().val_set.category_ids)

@@ -46,7 +46,7 @@ def build_detection(cfg, say: Echo, module_class: type = DetectionModule,
     for line in datamodule.faults.log_lines():
         say(f"data: {line}")
     model_cfg = to_dict(cfg)["model"]
-    module = module_class(**model_cfg, num_classes=datamodule.num_classes, class_names=datamodule.names)
+    module = module_class(**model_cfg, **datamodule.model_fill())
     params = sum(p.numel() for p in module.model.parameters())
     say(f"model: {module.yaml_source} (scale {module.model.scale or '-'}), {params / 1e6:.2f} M parameters, "
         f"{datamodule.num_classes} classes, {data_cfg['img_size']} px")
@@ -55,7 +55,8 @@ def build_detection(cfg, say: Echo, module_class: type = DetectionModule,
 
 def detection_shadow(module, cfg) -> tuple[Any, str]:
     """The trained network's architecture, rebuilt from the module's YAML text (the runner counts its FLOPs)."""
-    net = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes)
+    net = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes,
+                         **module.network_options())
     return net, module.yaml_source
 
 

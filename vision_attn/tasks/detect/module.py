@@ -171,7 +171,7 @@ class DetectionModule(TrainingModule):
         self.yaml_text = carried or load_detector_yaml(yaml)
         if scale is None and yaml is not None and "\n" not in yaml:
             scale = scale_from_name(yaml)  # yolov8s.yaml: scale s
-        self.model = build_detector(self.yaml_text, scale=scale, num_classes=num_classes)
+        self.model = build_detector(self.yaml_text, scale=scale, num_classes=num_classes, **self.network_options())
         if pretrained is not None:
             load_matching(self.model, pretrained)
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
@@ -196,6 +196,11 @@ class DetectionModule(TrainingModule):
 
     heads: tuple[str, ...] = ("detect", "rtdetr")
     """The network families (the YAML network's ``task``) this module trains."""
+
+    def network_options(self) -> dict[str, Any]:
+        """Further arguments of :func:`~vision_attn.models.yolo.build_detector` that the data sets (a keypoint
+        set's ``kpt_shape``); none for detection."""
+        return {}
 
     def wrong_head(self) -> str:
         """The error for a YAML whose head this module does not train."""

@@ -36,7 +36,8 @@ from vision_attn.tasks.stream import StreamResult, predict_stream
 from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
-           "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList"]
+           "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList", "batched",
+           "predict_files", "predict_frames"]
 
 
 def _run_checkpoint(model_yaml: dict[str, Any], scale: str | None, state: dict[str, torch.Tensor], *,
@@ -169,6 +170,19 @@ def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: i
     return out
 
 
+@torch.no_grad()
+def batched(model: torch.nn.Module, dataset: DetectionDataset, of_batch: Callable[[Any, dict[str, Any]], list[Any]], *,
+            batch_size: int, num_workers: int, network: Callable[[torch.Tensor], Any] | None = None) -> list[Any]:
+    """``of_batch(output, batch)`` over the collated batches of ``dataset``, the output ``model``'s (or
+    ``network``'s: another runtime's export of it) on the batch's images; the results of all batches in order."""
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
+    net = network or model
+    out: list[Any] = []
+    for batch in loader:
+        out.extend(of_batch(net(batch["images"].contiguous(memory_format=torch.channels_last)), batch))
+    return out
+
+
 def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
                       fmt: str = "auto", batch_size: int = 32, num_workers: int = 0, conf: float = 0.001,
                       iou: float = 0.7, max_det: int = 300, backend: str = "faster",
@@ -254,6 +268,29 @@ def image_results(records: Sequence[Any], found: Sequence[dict[str, Any]], outpu
     if out_dir is not None:
         write_json(out_dir / file, results)
     return results
+
+
+def predict_files(run: Run, images: Sequence[str | os.PathLike], output: str | os.PathLike | None,
+                  infer: Callable[[DetectionDataset, int], list[dict[str, Any]]], *,
+                  items: Callable[[dict[str, Any]], list[dict[str, Any]]],
+                  draw: Callable[[np.ndarray, dict[str, Any]], np.ndarray], file: str, batch_size: int
+                  ) -> list[dict[str, Any]]:
+    """A detection-like task's prediction for image files (folders searched), letterboxed squares of the run's
+    size: ``infer(dataset, batch_size)`` finds each image's instances, then :func:`image_results`."""
+    dataset = ImageList(image_paths(images))
+    dataset.transform = DetectionTransform(run.img_size[0])
+    return image_results(dataset.records, infer(dataset, batch_size), output, items=items, draw=draw, file=file)
+
+
+def predict_frames(run: Run, reader: FrameReader, output: str | os.PathLike,
+                   infer: Callable[[DetectionDataset, int], list[dict[str, Any]]], *,
+                   items: Callable[[dict[str, Any]], list[dict[str, Any]]],
+                   draw: Callable[[np.ndarray, dict[str, Any]], np.ndarray]) -> StreamResult:
+    """A detection-like task's prediction for every frame of ``reader`` (:func:`predict_stream`, each frame's
+    line ``{"frame", "time", "detections": items(d)}``), letterboxed squares of the run's size."""
+    transform = DetectionTransform(run.img_size[0])
+    return predict_stream(reader, output, infer=lambda frames: infer(FrameList(frames, transform), len(frames)),
+                          draw=draw, record=lambda d: {"detections": items(d)})
 
 
 def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,

@@ -58,5 +58,10 @@ class PoseDataModule(DetectionDataModule):
         """The set's keypoints: ``kpt_shape``, ``flip_idx``, OKS ``sigmas``, ``names``, ``skeleton``."""
         return self.scan().train_set.keypoint_spec
 
+    def model_fill(self) -> dict[str, Any]:
+        """The classes, and the keypoints (the pose module's ``keypoints``: its head's ``kpt_shape``, the
+        loss's and the evaluation's sigmas, the skeleton drawn)."""
+        return {**super().model_fill(), "keypoints": self.keypoint_spec.as_dict()}
+
     def summary(self) -> str:
         return f"{super().summary()}; keypoints {self.keypoint_spec.kpt_shape}"
