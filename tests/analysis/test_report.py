@@ -59,7 +59,7 @@ def page(ablation, tmp_path_factory):
 
 def test_report_with_maps_is_self_contained(page):
     out, printed = page
-    assert "4 run(s), 1 ablation(s), maps of 2 image(s)" in printed
+    assert "4 run(s), 1 ablation(s), maps of 2 image(s)" in " ".join(printed.split())  # wrapped at the terminal's width
     html = out.read_text()
     assert not EXTERNAL.findall(html), EXTERNAL.findall(html)[:3]
     assert "<link" not in html and "@import" not in html and "url(" not in html

@@ -276,6 +276,6 @@ def test_feature_norm_applies_the_final_norm():
 
 
 def test_the_families_cover_the_registry():
-    families = (VisionTransformer, SwinTransformer, ResNet, ConvNeXt)
+    families = (VisionTransformer, SwinTransformer, ResNet, ConvNeXt, Hiera, HieraDet)
     assert {family(n) for n in ALL_NAMES} >= set(families)
     assert all(issubclass(family(n), families) for n in ALL_NAMES)

@@ -88,8 +88,8 @@ class FastMlp(Mlp):
 
 def _standard_form(block: Block) -> bool:
     """Whether ``block`` computes exactly what the native encoder layer does: LayerNorms with biases,
-    plain multi-head attention with both biases and no q/k norm, a GELU (exact) MLP with biases, no
-    layer scale, and no hook on any part of it."""
+    plain multi-head attention with both biases and no q/k norm, a GELU (exact) MLP with biases, every
+    linear layer an ``nn.Linear`` (not a quantized one), no layer scale, and no hook on any part of it."""
     attn, mlp, n1, n2 = block.attn, block.mlp, block.norm1, block.norm2
     parts = (attn, attn.qkv, attn.proj, mlp, mlp.fc1, mlp.act, mlp.fc2, n1, n2)
     return (type(attn).forward is Attention.forward and type(attn.q_norm) is nn.Identity
@@ -97,6 +97,7 @@ def _standard_form(block: Block) -> bool:
             and type(mlp).forward in (Mlp.forward, FastMlp.forward) and type(mlp.act) is nn.GELU
             and mlp.act.approximate == "none" and type(block.ls1) is nn.Identity and type(block.ls2) is nn.Identity
             and type(n1) is nn.LayerNorm and type(n2) is nn.LayerNorm and n1.eps == n2.eps
+            and all(isinstance(lin, nn.Linear) for lin in (attn.qkv, attn.proj, mlp.fc1, mlp.fc2))  # not quantized
             and all(p is not None for p in (attn.qkv.bias, attn.proj.bias, mlp.fc1.bias, mlp.fc2.bias, n1.bias, n2.bias))
             and not any(m._forward_hooks or m._forward_pre_hooks for m in parts)
             and not (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks))
@@ -120,10 +121,10 @@ class FastBlock(Block):
         return super().forward(x, rope, attn_mask)
 
     def _native(self, x: torch.Tensor) -> bool:
-        if (self.training or not isinstance(x, torch.Tensor) or x.dim() != 3
+        if (self.training or not isinstance(x, torch.Tensor) or x.dim() != 3 or not _standard_form(self)
                 or (torch.is_grad_enabled() and (x.requires_grad or self.attn.qkv.weight.requires_grad))
                 or torch.is_autocast_enabled(x.device.type) or x.dtype != self.attn.qkv.weight.dtype
-                or tracing(x) or autograd_transforms_active() or not _standard_form(self)):
+                or tracing(x) or autograd_transforms_active()):
             return False
         if isinstance(self.attn.qkv, FusedLinear):  # accelerated with kernels: the plan's inference kernel decides
             plan = current_plan()

@@ -106,8 +106,7 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The heads' outputs (B, heads, N, d) -> tokens (B, N, D) through ``proj``."""
-        B, _, N, _ = x.shape
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, -1)))  # (B, N, D)
+        return self.proj_drop(self.proj(x.transpose(1, 2).flatten(2)))  # (B, N, D)
 
 
 @contextmanager
