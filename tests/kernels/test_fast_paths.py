@@ -163,3 +163,22 @@ def test_a_block_of_another_form_keeps_its_layers(monkeypatch):
         accelerate(scaled, kernels=False)(torch.randn(1, 3, 32, 32))  # layer scale: not the native op's form
         hooked(torch.randn(1, 3, 32, 32))  # a hook on a part must run
     assert calls[0] == 0
+
+
+def test_under_bf16_autocast_the_native_layer_runs_in_bfloat16(monkeypatch):
+    torch.manual_seed(0)
+    plain = vision_attn.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=5).eval()
+    fast = accelerate(copy.deepcopy(plain), kernels=False)
+    calls = _count_native(monkeypatch)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad(), vision_attn.kernels.kernel_plan("aten"), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, ref = fast(x), plain(x)
+        fast(x)  # the bf16 copies of the weights are kept
+    assert calls[0] == 4 and ours.dtype == ref.dtype
+    torch.testing.assert_close(ours.float(), ref.float(), atol=0.05, rtol=0.05)
+    kept = fast.blocks[0].__dict__["_cast"][1]
+    with torch.no_grad():
+        fast.blocks[0].attn.qkv.weight.add_(1.0)  # a changed weight is cast again
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fast(x)
+    assert fast.blocks[0].__dict__["_cast"][1][0] is not kept[0]

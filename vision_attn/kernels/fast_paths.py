@@ -39,6 +39,7 @@ from vision_attn.kernels.capture import autograd_transforms_active, tracing
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.gather import gather_tokens
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
+from vision_attn.kernels.onednn import DTYPES
 from vision_attn.kernels.plan import KernelPlan, current_plan
 from vision_attn.layers.attention import Attention
 from vision_attn.layers.block import Block
@@ -104,32 +105,57 @@ def _standard_form(block: Block) -> bool:
 
 
 class FastBlock(Block):
-    """A pre-norm block whose inference (no gradient recorded, eval mode, no rotary tables, no
-    autocast, no graph being captured) is ``torch._transformer_encoder_layer_fwd``: the whole block in
-    one native op, as ``nn.TransformerEncoderLayer`` runs in eval mode. A block of another form
-    (:func:`_standard_form`), training, and a plan that puts the linear layers' inference on oneDNN
-    (where the block is accelerated with kernels) take the layers' own path."""
+    """A pre-norm block whose inference (no gradient recorded, eval mode, no rotary tables or padding
+    mask, no graph being captured) is ``torch._transformer_encoder_layer_fwd``: the whole block in one
+    native op, as ``nn.TransformerEncoderLayer`` runs in eval mode. Under bf16 autocast on the CPU the
+    op runs in bfloat16 on weights cast once (kept while the weights are unchanged) and the result
+    returns in the input's dtype. A block of another form (:func:`_standard_form`), training, and a
+    plan that puts the linear layers' inference on oneDNN (where the block is accelerated with
+    kernels) take the layers' own path."""
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if rope is None and attn_mask is None and self._native(x):
-            attn, mlp = self.attn, self.mlp
-            return torch._transformer_encoder_layer_fwd(  # (B, N, D)
-                x, x.shape[-1], attn.num_heads, attn.qkv.weight, attn.qkv.bias, attn.proj.weight, attn.proj.bias,
-                True, True, self.norm1.eps, self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
-                mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias, None, None)
-        return super().forward(x, rope, attn_mask)
+        dtype = self._native(x) if rope is None and attn_mask is None else None
+        if dtype is None:
+            return super().forward(x, rope, attn_mask)
+        qkv_w, qkv_b, proj_w, proj_b, n1_w, n1_b, n2_w, n2_b, fc1_w, fc1_b, fc2_w, fc2_b = self._weights(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            y = torch._transformer_encoder_layer_fwd(  # (B, N, D)
+                x.to(dtype), x.shape[-1], self.attn.num_heads, qkv_w, qkv_b, proj_w, proj_b, True, True,
+                self.norm1.eps, n1_w, n1_b, n2_w, n2_b, fc1_w, fc1_b, fc2_w, fc2_b, None, None)
+        return y.to(x.dtype)
 
-    def _native(self, x: torch.Tensor) -> bool:
+    def _native(self, x: torch.Tensor) -> torch.dtype | None:
+        """The dtype the native op computes ``x`` in, or None where the layers' path runs."""
         if (self.training or not isinstance(x, torch.Tensor) or x.dim() != 3 or not _standard_form(self)
                 or (torch.is_grad_enabled() and (x.requires_grad or self.attn.qkv.weight.requires_grad))
-                or torch.is_autocast_enabled(x.device.type) or x.dtype != self.attn.qkv.weight.dtype
                 or tracing(x) or autograd_transforms_active()):
-            return False
-        if isinstance(self.attn.qkv, FusedLinear):  # accelerated with kernels: the plan's inference kernel decides
+            return None
+        weight = self.attn.qkv.weight.dtype
+        if torch.is_autocast_enabled(x.device.type):
+            autocast = torch.get_autocast_dtype(x.device.type)
+            ok = x.device.type == "cpu" and autocast == torch.bfloat16 and x.dtype in DTYPES and weight in DTYPES
+            dtype = torch.bfloat16 if ok else None
+        else:
+            dtype = x.dtype if x.dtype == weight else None
+        if dtype is not None and isinstance(self.attn.qkv, FusedLinear):  # the plan's inference kernel decides
             plan = current_plan()
-            return not plan.fast_paths or plan.choice(x.dtype).inference != "onednn"
-        return True
+            return dtype if not plan.fast_paths or plan.choice(dtype).inference != "onednn" else None
+        return dtype
+
+    def _weights(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The op's twelve weights in ``dtype`` (cast copies kept until a weight changes)."""
+        a, m = self.attn, self.mlp
+        params = [a.qkv.weight, a.qkv.bias, a.proj.weight, a.proj.bias, self.norm1.weight, self.norm1.bias,
+                  self.norm2.weight, self.norm2.bias, m.fc1.weight, m.fc1.bias, m.fc2.weight, m.fc2.bias]
+        if all(p.dtype == dtype for p in params):
+            return params
+        key = (dtype, tuple((p.data_ptr(), p._version) for p in params))
+        kept = self.__dict__.get("_cast")
+        if kept is None or kept[0] != key:
+            with torch.no_grad():
+                kept = self.__dict__["_cast"] = (key, [p.detach().to(dtype) for p in params])
+        return kept[1]
 
 
 class FastAIFI(AIFI):
