@@ -31,9 +31,7 @@ class PooledAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim_out)
         self.proj = nn.Linear(dim_out, dim_out)
 
-    @staticmethod
-    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v)
+    sdpa = staticmethod(F.scaled_dot_product_attention)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         N, h, w, _ = x.shape

@@ -52,6 +52,38 @@ def run_blocks(owner: nn.Module, blocks: Sequence[Callable[..., torch.Tensor]], 
     return x
 
 
+def init_trunc_normal(model: nn.Module, std: float = 0.02) -> None:
+    """timm's initialisation of convolutions and linear layers: truncated normal weights (``std``),
+    zero biases (meta tensors are left as they are)."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.is_meta:
+            nn.init.trunc_normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class NormPoolClassifier:
+    """timm's classifier interface over a :class:`~vision_attn.layers.norm_head.NormPoolHead` kept
+    at ``self.head`` (ConvNeXt, Hiera)."""
+
+    head: nn.Module
+    num_classes: int
+
+    @property
+    def global_pool(self) -> str:
+        return self.head.global_pool
+
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh classifier for ``num_classes`` (0: none, the pooled features); as timm's,
+        ``global_pool`` ``"avg"`` or ``""`` (the normalised last map or tokens, unpooled) replaces the
+        pooling."""
+        self.num_classes = num_classes
+        self.head.reset(num_classes, global_pool)
+
+
 class TimmContract:
     """The parts of timm's model interface that detection code, feature extractors and timm's data
     helpers call, over the hooks described in the module docstring. Subclasses set

@@ -26,14 +26,14 @@ from vision_attn.errors import ConfigError
 from vision_attn.layers import ACT_LAYERS
 from vision_attn.layers.convnext_block import ConvNeXtStage, LayerNorm2d
 from vision_attn.layers.norm_head import NormPoolHead
-from vision_attn.models.contract import TimmContract, run_blocks
+from vision_attn.models.contract import NormPoolClassifier, TimmContract, init_trunc_normal, run_blocks
 from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
 
 __all__ = ["ConvNeXt", "official_to_timm"]
 
 
-class ConvNeXt(TimmContract, nn.Module):
+class ConvNeXt(NormPoolClassifier, TimmContract, nn.Module):
     """Images (B, C, H, W) -> logits (B, num_classes); ``num_classes=0``: the pooled, normalised
     features (B, dims[-1]). ``conv_mlp``: the blocks' norm and MLP on 1x1 convolutions (timm's atto to
     nano); ``ls_init_value``: the layer scale's initial value (None: none); ``norm_eps`` every norm's
@@ -72,24 +72,7 @@ class ConvNeXt(TimmContract, nn.Module):
 
     def init_weights(self) -> None:
         """timm's: truncated normal (std 0.02) for convolutions and linear layers, zero biases."""
-        for m in self.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.is_meta:
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-    @property
-    def global_pool(self) -> str:
-        return self.head.global_pool
-
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh classifier for ``num_classes`` (0: none, the pooled features); as timm's,
-        ``global_pool`` ``"avg"`` or ``""`` (the normalised last map, unpooled) replaces the pooling."""
-        self.num_classes = num_classes
-        self.head.reset(num_classes, global_pool)
+        init_trunc_normal(self)
 
     def no_weight_decay(self) -> set[str]:
         return set()

@@ -30,7 +30,7 @@ from torch import nn
 from vision_attn.errors import CheckpointError, ConfigError, DataError
 from vision_attn.layers.mask_unit_attention import HieraBlock, unroll_order
 from vision_attn.layers.norm_head import NormPoolHead
-from vision_attn.models.contract import TimmContract, run_blocks
+from vision_attn.models.contract import NormPoolClassifier, TimmContract, init_trunc_normal, run_blocks
 from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
 
@@ -52,7 +52,7 @@ def check_size(x: torch.Tensor, img_size: tuple[int, int]) -> torch.Tensor:
 torch.fx.wrap("check_size")  # torch.fx: one leaf node, not a branch on a traced size
 
 
-class HieraStages(TimmContract, nn.Module):
+class HieraStages(NormPoolClassifier, TimmContract, nn.Module):
     """What Hiera and SAM 2's HieraDet share: ``blocks`` in stages ending at ``stage_ends``, one feature
     level each; ``head`` a :class:`~vision_attn.layers.norm_head.NormPoolHead` of layout ``head_fmt``
     (mean, LayerNorm, ``fc``); position tables ``pos_embed*``. Subclasses give ``_begin`` (image to the
@@ -71,24 +71,7 @@ class HieraStages(TimmContract, nn.Module):
         for name, p in self.named_parameters():
             if name.startswith("pos_embed") and not p.is_meta:
                 nn.init.trunc_normal_(p, std=0.02)
-        for m in self.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)) and not m.weight.is_meta:
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-    @property
-    def global_pool(self) -> str:
-        return self.head.global_pool
-
-    def get_classifier(self) -> nn.Module:
-        return self.head.fc
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh classifier for ``num_classes`` (0: none, the pooled features); ``global_pool``
-        ``"avg"`` or ``""`` (the normalised tokens or map, unpooled)."""
-        self.num_classes = num_classes
-        self.head.reset(num_classes, global_pool)
+        init_trunc_normal(self)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images -> the last stage's output, before the head."""
