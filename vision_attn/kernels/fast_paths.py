@@ -87,6 +87,12 @@ class FastMlp(Mlp):
         return self.drop2(self.fc2(x))
 
 
+def _state_key(params: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> tuple:
+    """What a copy derived from ``params`` depends on: each tensor's device, dtype, storage and version
+    counter (an optimiser step or a ``load_state_dict`` changes it)."""
+    return tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
+
+
 def _standard_form(block: Block) -> bool:
     """Whether ``block`` computes exactly what the native encoder layer does: LayerNorms with biases,
     plain multi-head attention with both biases and no q/k norm, a GELU (exact) MLP with biases, every
@@ -150,7 +156,7 @@ class FastBlock(Block):
                   self.norm2.weight, self.norm2.bias, m.fc1.weight, m.fc1.bias, m.fc2.weight, m.fc2.bias]
         if all(p.dtype == dtype for p in params):
             return params
-        key = (dtype, tuple((p.data_ptr(), p._version) for p in params))
+        key = (dtype, _state_key(params))
         kept = self.__dict__.get("_cast")
         if kept is None or kept[0] != key:
             with torch.no_grad():
@@ -193,7 +199,7 @@ class FastCosineWindowAttention(FastWindowAttention, CosineWindowAttention):
         params = tuple(self.cpb_mlp.parameters())
         if tracing() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
             return self._continuous_bias()
-        key = tuple((p.device, p.dtype, p.data_ptr(), p._version) for p in params)
+        key = _state_key(params)
         cached = self.__dict__.get("_bias_cache")
         if cached is None or cached[0] != key:
             with torch.inference_mode(False), torch.no_grad():  # a normal tensor: usable where gradients flow
