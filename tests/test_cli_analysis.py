@@ -117,3 +117,20 @@ def test_benchmark_adamw_step_and_shared_weights():
     assert train.mode == "train" and not torch.equal(before, ours.head.weight)  # AdamW moved the weights
     with pytest.raises(ConfigError, match="optimizer 'lamb'"):
         benchmark_models({"m": ours}, batch=2, img_size=32, train=True, optimizer="lamb")
+
+
+def test_benchmark_steps_each_side_as_its_trainer_builds_it():
+    import timm
+
+    from vision_attn.analysis.benchmark import timm_optimizer, torch_optimizer, trainer_optimizer
+    from vision_attn.tasks.optim import build_optimizer
+
+    ours = vision_attn_create("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=5)
+    twin = timm.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=5)
+    mine = trainer_optimizer("adamw")(ours)
+    assert mine.defaults["fused"] is build_optimizer("adamw", [{"params": [torch.nn.Parameter(torch.zeros(1))]}]).defaults["fused"] is True
+    theirs = timm_optimizer("adamw")(twin)  # timm's create_optimizer_v2: torch's AdamW, its default step
+    assert type(theirs) is torch.optim.AdamW and not theirs.defaults["fused"] and theirs.defaults["lr"] == 1e-4
+    assert sum(len(g["params"]) for g in theirs.param_groups) == len(list(twin.parameters()))
+    plain = torch_optimizer("adamw")(ours)
+    assert not plain.defaults["fused"] and len(plain.param_groups[0]["params"]) == len(list(ours.parameters()))

@@ -12,6 +12,7 @@ from torch import nn
 import vision_attn
 from vision_attn.kernels import FusedLinear, KernelPlan, accelerate, judge_plan, resolve_plan, sdpa
 from vision_attn.kernels.cache import PLANS_FILE
+from vision_attn.kernels import judge
 from vision_attn.kernels.judge import candidates
 from vision_attn.layers import Mlp, WindowAttention
 from vision_attn.layers.attention import record_attention
@@ -80,6 +81,7 @@ def test_candidates_are_distinct_plans():
 
 def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
     monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    monkeypatch.setattr(judge, "STEADY", float("inf"))  # kept whatever else the machine is doing
     torch.manual_seed(0)
     model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, embed_dim=32, num_heads=2, img_size=32,
                                      num_classes=3)
@@ -94,8 +96,27 @@ def test_judge_plan_times_a_copy_and_keeps_its_verdict(tmp_path, monkeypatch):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not any(isinstance(m, FusedLinear) for m in model.modules()) and model.training
     stored = json.loads((tmp_path / PLANS_FILE).read_text())
-    assert [k for k in stored if k.startswith("step v3 train")] and stored[next(iter(stored))]["choice"] == name
+    assert [k for k in stored if k.startswith("step v4 train")] and stored[next(iter(stored))]["choice"] == name
     assert judge_plan(model, x, train=True, plan=plan)[0] == name  # read back, not timed again
+
+
+def test_judge_chooses_pytorchs_kernels_unless_a_fast_path_gains_beyond_noise_and_keeps_steady_verdicts():
+    steady = {"aten": [1.00, 1.01, 1.02], "linear only": [0.98, 0.99, 0.99], "attention only": [0.96, 0.97, 0.97]}
+    assert judge._verdict(steady) == {"choice": "attention only", "steady": True,
+                                      "seconds": {"aten": 1.00, "linear only": 0.98, "attention only": 0.96}}
+    assert judge._verdict({**steady, "attention only": [0.98, 0.99, 0.99]})["choice"] == "aten"  # 2% < MARGIN
+    busy = judge._verdict({**steady, "linear only": [0.90, 1.20, 1.30]})
+    assert busy["choice"] == "linear only" and not busy["steady"]
+
+
+def test_an_unsteady_verdict_is_used_and_timed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("VISION_ATTN_CACHE", str(tmp_path))
+    monkeypatch.setattr(judge, "STEADY", -1.0)  # no rounds are steady enough
+    model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, embed_dim=32, num_heads=2, img_size=32,
+                                     num_classes=3)
+    name, _, _ = judge_plan(model, torch.randn(2, 3, 32, 32), train=False, plan=resolve_plan("onednn"), rounds=1)
+    assert name in candidates(resolve_plan("onednn"), torch.float32)
+    assert not (tmp_path / PLANS_FILE).exists() or not json.loads((tmp_path / PLANS_FILE).read_text())
 
 
 def test_accelerate_without_kernels_keeps_pytorchs_layers_and_the_other_fast_paths():

@@ -31,12 +31,12 @@ from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
 from vision_attn.kernels import (KernelPlan, accelerate, current_plan, example_images, fused_linear, judge_plan, kernel_plan,
                                  needs_kernels)
-from vision_attn.optimizers import OPTIMIZERS
+from vision_attn.optimizers import OPTIMIZERS, build_optimizer
 
 __all__ = [
     "BenchResult", "PeakTensorMemory", "alternate", "benchmark_models", "call_seconds", "matmul_peak",
     "median_ratio", "percentile", "rss_mb", "rss_peak_mb", "rss_rise_mb", "share_weights", "tensor_peak_mb",
-    "timm_twin", "PRECISIONS", "on_fast_paths",
+    "timm_twin", "timm_optimizer", "trainer_optimizer", "torch_optimizer", "PRECISIONS", "on_fast_paths",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -270,6 +270,32 @@ def timm_twin(name: str, img_size: int | None = None) -> nn.Module:
     return timm.create_model(name, pretrained=False)
 
 
+MakeOptimizer = Callable[[nn.Module], torch.optim.Optimizer]
+"""How a timed training step's optimizer is built from the model it updates."""
+
+
+def trainer_optimizer(name: str) -> MakeOptimizer:
+    """Our trainers' ``name`` optimizer (:func:`~vision_attn.optimizers.build_optimizer`: its fused step
+    where it applies), learning rate 1e-4."""
+    return lambda model: build_optimizer(name, [{"params": [p for p in model.parameters() if p.requires_grad]}], lr=1e-4)
+
+
+def torch_optimizer(name: str) -> MakeOptimizer:
+    """torch's ``name`` optimizer with PyTorch's defaults (on the CPU, a loop over the parameters),
+    learning rate 1e-4."""
+    return lambda model: OPTIMIZERS[name](model.parameters(), lr=1e-4)
+
+
+def timm_optimizer(name: str) -> MakeOptimizer:
+    """timm's ``name`` optimizer as timm's training script builds it (``timm.optim.create_optimizer_v2``,
+    its defaults), learning rate 1e-4."""
+    def make(model: nn.Module) -> torch.optim.Optimizer:
+        from timm.optim import create_optimizer_v2
+
+        return create_optimizer_v2(model, opt=name, lr=1e-4)
+    return make
+
+
 def share_weights(model: nn.Module, source: nn.Module) -> bool:
     """Load ``source``'s state dict into ``model`` when their keys and shapes agree (ours and timm's
     ViT and Swin do), so that both compute the same function; returns whether it did."""
@@ -290,8 +316,8 @@ class _Runner:
     optimiser for training steps."""
 
     def __init__(self, model: nn.Module, batch: int, img_size: tuple[int, int], device: torch.device,
-                 precision: str, compile: bool, channels_last: bool, train: bool, optimizer: str = "sgd",
-                 plan: KernelPlan | None = None) -> None:
+                 precision: str, compile: bool, channels_last: bool, train: bool,
+                 make_optimizer: MakeOptimizer | None = None, plan: KernelPlan | None = None) -> None:
         self.device, self.train_mode, self.precision, self.plan = device, train, precision, plan
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         self.model = model.to(device=device, memory_format=fmt).train(train)
@@ -299,7 +325,7 @@ class _Runner:
         self.x = torch.randn(batch, chans, *img_size, device=device).contiguous(memory_format=fmt)
         runtime = hasattr(model, "reference_model")  # run by another runtime: nothing for torch.compile to do
         self.fn = torch.compile(self.model) if compile and not runtime else self.model
-        self.opt = OPTIMIZERS[optimizer](self.model.parameters(), lr=1e-4) if train else None
+        self.opt = (make_optimizer or trainer_optimizer("sgd"))(self.model) if train else None
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.precision == "fp32":
@@ -366,6 +392,7 @@ def benchmark_models(
     peak_flops: float | None = None,
     pairs: dict[str, str] | None = None,
     plans: dict[str, KernelPlan] | None = None,
+    optimizers: dict[str, MakeOptimizer] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[BenchResult]:
     """Benchmark ``models`` (label -> module) together at one batch size.
@@ -373,7 +400,8 @@ def benchmark_models(
     Every model is warmed up (``warmup`` calls, plus compilation with ``compile``), then timed for
     ``rounds`` rounds of ``iters`` calls, the order of the models alternating every round. ``train``
     times a training step (forward, a mean loss, backward, an ``optimizer`` step: a key of
-    :data:`vision_attn.optimizers.OPTIMIZERS`) instead of inference; ``precision="bf16"`` runs under bf16 autocast, which is
+    :data:`vision_attn.optimizers.OPTIMIZERS`, built as our trainers build it, :func:`trainer_optimizer`,
+    unless ``optimizers`` gives the label another way) instead of inference; ``precision="bf16"`` runs under bf16 autocast, which is
     what Lightning's ``bf16-mixed`` does.
     ``peak_flops``: the FLOP/s that MFU is relative to (default: :func:`matmul_peak` measured now).
     ``pairs``: label -> label of the model it is compared with; those results get ``ratio``.
@@ -388,8 +416,9 @@ def benchmark_models(
     device = torch.device(device)
     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     peak = peak_flops or matmul_peak(device, precision)
-    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train, optimizer,
-                          (plans or {}).get(k)) for k, m in models.items()}
+    runners = {k: _Runner(m, batch, hw, device, precision, compile, channels_last, train,
+                          (optimizers or {}).get(k, trainer_optimizer(optimizer)), (plans or {}).get(k))
+               for k, m in models.items()}
     flops = {k: r.count_flops() for k, r in runners.items()}
     for k, r in runners.items():
         for _ in range(max(warmup, 1)):

@@ -37,7 +37,8 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     import torch
     from rich.table import Table
 
-    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, on_fast_paths, share_weights, timm_twin
+    from vision_attn.analysis.benchmark import (benchmark_models, matmul_peak, on_fast_paths, share_weights, timm_optimizer,
+                                                timm_twin, torch_optimizer)
     from vision_attn.analysis.flops import default_input_size
     from vision_attn.analysis.tables import to_markdown
     from vision_attn.analysis.targets import load_target
@@ -61,7 +62,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
     peak = matmul_peak(device, precision)
     results, shared = [], True
     for batch in batches:
-        models, pairs, plans = {}, {}, {}
+        models, pairs, plans, optimizers = {}, {}, {}, {}
         img_size = args.img_size
         for name in args.models:
             target = load_target(name, scale=args.scale, device="cpu")
@@ -80,14 +81,19 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
                         pairs[f"{target.name} [{rt}]"] = target.name
             if args.vs == "timm":
                 models[f"timm {name}"] = twin = timm_twin(name, args.img_size)
+                optimizers[f"timm {name}"] = timm_optimizer(args.optimizer)
                 shared = share_weights(target.model, twin) and shared
                 pairs[target.name] = f"timm {name}"
         results += benchmark_models(models, batch=batch, img_size=img_size, device=device, precision=precision,
                                     compile=args.compile, channels_last=args.channels_last, train=args.train,
                                     optimizer=args.optimizer,
+                                    optimizers={k: torch_optimizer(args.optimizer) for k in models} if args.same_optimizer
+                                    else optimizers,
                                     rounds=args.rounds, iters=args.iters, warmup=args.warmup, peak_flops=peak,
                                     pairs=pairs, plans=plans, log=log)
-    mode = f"training step ({args.optimizer})" if args.train else "inference"
+    steps = ("torch's default step on both sides" if args.same_optimizer
+             else "ours as our trainers build it, timm's by create_optimizer_v2" if args.vs == "timm" else "as our trainers build it")
+    mode = f"training step ({args.optimizer}: {steps})" if args.train else "inference"
     title = (f"{mode}, {precision}{', compiled' if args.compile else ''}"
              f"{', channels-last' if args.channels_last else ''} on {device}, {results[0].img_size[0]}x"
              f"{results[0].img_size[1]}; MFU against a measured matmul peak of {peak / 1e9:.0f} GFLOP/s"
@@ -121,6 +127,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--img-size", type=int, default=None, help="square image size (default: the model's own)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16 (fp32, with a warning, on a CPU without bfloat16 instructions): autocast for torch, bfloat16 weights for torch-frozen, the bf16 hint for "
                    "openvino (default fp32)")
+    p.add_argument("--same-optimizer", action="store_true",
+                   help="with --train: every model steps with torch's default OPTIMIZER (on the CPU a loop over the "
+                   "parameters), comparing the models alone; default: each as its own trainer builds it (ours: the "
+                   "fused step where it applies; timm's: timm.optim.create_optimizer_v2)")
     p.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")

@@ -50,14 +50,18 @@ def _read(path: Path) -> dict[str, Any]:
     return plans if isinstance(plans, dict) else {}
 
 
-def cached_measurement(key: str, measure: Callable[[], dict[str, Any]], valid: Callable[[Any], bool]) -> dict[str, Any]:
+def cached_measurement(key: str, measure: Callable[[], dict[str, Any]], valid: Callable[[Any], bool],
+                       keep: Callable[[dict[str, Any]], bool] = lambda entry: True) -> dict[str, Any]:
     """The entry stored under ``key`` in :data:`PLANS_FILE` if ``valid`` accepts it; else ``measure()``,
-    added to the file (written atomically; a cache that cannot be written is skipped)."""
+    added to the file when ``keep`` accepts it (written atomically; a cache that cannot be written is
+    skipped)."""
     path = cache_dir() / PLANS_FILE
     entry = _read(path).get(key)
     if valid(entry):
         return entry
     entry = measure()
+    if not keep(entry):
+        return entry
     try:
         write_json(path, {**_read(path), key: entry}, mkdir=True)
     except OSError:

@@ -6,9 +6,12 @@ work between kernels). :func:`judge_plan` times the whole step of one model (for
 the backward) on an input of the size it will see, under each candidate: the measured choices, PyTorch's
 standard kernels, and each family of the measured choices alone (the linear layers' kernels with fused
 attention, the attention's kernel with ATen's products). The fastest candidate (its fastest of
-alternating rounds, :func:`~vision_attn.kernels.timing.fastest_seconds`) is the plan. The verdict is
-kept in the cache file, keyed by the model's architecture, the input's shape, the step, the dtype and
-the thread count.
+alternating rounds, :func:`~vision_attn.kernels.timing.round_seconds`) is the plan, provided it beats
+PyTorch's kernels by :data:`MARGIN`: a fast path is applied only where it measures a gain larger than
+the rounds' noise. The verdict is kept in the cache file, keyed by the model's architecture, the
+input's shape, the step, the dtype and the thread count, when its rounds were steady (each candidate's
+median round within :data:`STEADY` of its fastest); a verdict timed while other work disturbed the
+rounds is used once and timed again by the next run.
 """
 from __future__ import annotations
 
@@ -24,9 +27,15 @@ from torch.utils._pytree import tree_leaves
 from vision_attn.kernels.cache import cached_measurement, plan_key
 from vision_attn.kernels.fast_paths import accelerate, needs_kernels
 from vision_attn.kernels.plan import ATEN, LinearKernels, KernelPlan, kernel_plan
-from vision_attn.kernels.timing import fastest_seconds
+from vision_attn.kernels.timing import round_seconds
 
-__all__ = ["judge_plan", "candidates", "example_images"]
+__all__ = ["judge_plan", "candidates", "example_images", "MARGIN", "STEADY"]
+
+MARGIN = 0.03
+"""The share of PyTorch's step time a candidate must save to be chosen over PyTorch's kernels."""
+
+STEADY = 0.05
+"""The largest spread (median round over fastest round, less 1) of a verdict kept in the cache."""
 
 
 def example_images(batch: int, img_size: int | tuple[int, int]) -> torch.Tensor:
@@ -70,6 +79,18 @@ def _architecture(model: nn.Module) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
+def _verdict(times: dict[str, list[float]]) -> dict[str, Any]:
+    """The choice among timed candidates (name -> seconds of each round): the fastest, unless it saves
+    less than :data:`MARGIN` of ``"aten"``'s time; ``steady`` when every candidate's median round is
+    within :data:`STEADY` of its fastest."""
+    seconds = {name: min(t) for name, t in times.items()}
+    choice = min(seconds, key=seconds.get)
+    if "aten" in seconds and seconds[choice] > (1 - MARGIN) * seconds["aten"]:
+        choice = "aten"
+    steady = all(sorted(t)[len(t) // 2] <= (1 + STEADY) * min(t) for t in times.values())
+    return {"choice": choice, "seconds": seconds, "steady": steady}
+
+
 def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: KernelPlan,
                autocast: torch.dtype | None = None, rounds: int = 3) -> tuple[str, KernelPlan, dict[str, Any]]:
     """The candidate of :func:`candidates` under which ``model``'s step on ``inputs`` is fastest:
@@ -84,7 +105,7 @@ def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: Ker
     if len(options) == 1:
         return "measured", options["measured"], {}
     shape = "x".join(map(str, inputs.shape))
-    key = plan_key(f"step v3 {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
+    key = plan_key(f"step v4 {'train' if train else 'inference'} {_architecture(model)} {shape}", dtype,
                    torch.get_num_threads())
 
     def measure() -> dict[str, Any]:
@@ -105,8 +126,9 @@ def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: Ker
         with torch.random.fork_rng():
             for candidate in options.values():  # warm-up: first calls pack weights, fill caches
                 under(candidate)()
-            seconds = fastest_seconds({name: under(c) for name, c in options.items()}, rounds)
-        return {"choice": min(seconds, key=seconds.get), "seconds": seconds}
+            times = round_seconds({name: under(c) for name, c in options.items()}, rounds)
+        return _verdict(times)
 
-    verdict = cached_measurement(key, measure, lambda e: isinstance(e, dict) and e.get("choice") in options)
+    verdict = cached_measurement(key, measure, lambda e: isinstance(e, dict) and e.get("choice") in options,
+                                 keep=lambda e: e["steady"])
     return verdict["choice"], options[verdict["choice"]], verdict.get("seconds", {})

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["fastest_seconds", "crossover", "self_check_clock", "self_check_context"]
+__all__ = ["fastest_seconds", "round_seconds", "crossover", "self_check_clock", "self_check_context"]
 
 
 @contextlib.contextmanager
@@ -26,14 +26,10 @@ def self_check_clock(threads: int) -> Callable[[], float]:
     return time.thread_time if threads == 1 else time.perf_counter
 
 
-def fastest_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
-                    clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, float]:
-    """name -> seconds of one ``calls[name]()`` (timed ``repeat`` calls at a time) in its fastest of
-    ``rounds`` rounds, the order of the calls reversed every other round. The fastest round, not the
-    median: other work on the machine only ever adds time, and with several threads it adds most to
-    the kernel of more, smaller calls (each a barrier that waits for a descheduled thread), so a
-    median taken on a busy machine can choose the slower kernel (2 threads, bf16 attention: the
-    median chose the fused kernel, 2x slower than the explicit one on the idle machine)."""
+def round_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
+                  clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, list[float]]:
+    """name -> the seconds of one ``calls[name]()`` (timed ``repeat`` calls at a time) in each of
+    ``rounds`` rounds, the order of the calls reversed every other round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
     for r in range(rounds):
         for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
@@ -41,7 +37,18 @@ def fastest_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
             for _ in range(repeat):
                 calls[name]()
             times[name].append((clock() - start) / repeat)
-    return {name: min(t) for name, t in times.items()}
+    return times
+
+
+def fastest_seconds(calls: dict[str, Callable[[], Any]], rounds: int,
+                    clock: Callable[[], float] = time.perf_counter, repeat: int = 1) -> dict[str, float]:
+    """name -> seconds of one ``calls[name]()`` in its fastest of :func:`round_seconds`' rounds. The
+    fastest round, not the median: other work on the machine only ever adds time, and with several
+    threads it adds most to the kernel of more, smaller calls (each a barrier that waits for a
+    descheduled thread), so a median taken on a busy machine can choose the slower kernel (2 threads,
+    bf16 attention: the median chose the fused kernel, 2x slower than the explicit one on the idle
+    machine)."""
+    return {name: min(t) for name, t in round_seconds(calls, rounds, clock, repeat).items()}
 
 
 def crossover(small: dict[str, float], large: dict[str, float], small_macs: int, large_macs: int) -> int:

@@ -1,6 +1,6 @@
 """AdamW parameter groups: no weight decay on norms, biases, tokens and position tables; layer-wise
-learning-rate decay for fine-tuning. :func:`build_optimizer`: torch's optimizer over the groups, with
-its fused step where it applies.
+learning-rate decay for fine-tuning. :func:`build_optimizer` (from :mod:`vision_attn.optimizers`):
+torch's optimizer over the groups, with its fused step where it applies.
 
 Layer ids follow the network's depth: 0 for the stem (patch embedding, tokens, position table; a
 CNN's first convolution), 1..L for the blocks (ViT ``blocks.i``; Swin ``layers.i.blocks.j`` counted
@@ -12,23 +12,16 @@ rate, the stem slowest. timm's schedulers multiply each group's ``lr_scale`` int
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 
-from vision_attn.optimizers import OPTIMIZERS
+from vision_attn.optimizers import FUSED_DEVICES, STEP_KEYS, build_optimizer, fused_step_applies  # re-exported
 
 __all__ = ["layer_ids", "param_groups", "no_weight_decay_names", "FUSED_DEVICES", "STEP_KEYS",
            "fused_step_applies", "lightning_clips_under_autocast", "build_optimizer"]
-
-FUSED_DEVICES = ("cpu", "cuda")
-"""Where torch's fused AdamW and SGD kernels run."""
-
-STEP_KEYS = ("fused", "foreach")
-"""The param-group keys that choose how torch's optimizers compute the step, not what they compute."""
 
 _STEM = re.compile(r"^(patch_embed|cls_token|dist_token|reg_token|pos_embed|pos_embed_win|pos_embed_window|absolute_pos_embed|rope|conv1|bn1|stem)\b")
 
@@ -110,42 +103,6 @@ def param_groups(model: nn.Module, *, weight_decay: float, layer_decay: float | 
     return [groups[k] for k in sorted(groups)]
 
 
-def fused_step_applies(groups: Iterable[dict[str, Any]], clips_under_autocast: bool = False) -> bool:
-    """Whether torch's fused step (one kernel over all parameters) can take the groups: every parameter
-    floating point on a device of :data:`FUSED_DEVICES`, and no gradient clipping under Lightning's
-    mixed precision (``clips_under_autocast``), which refuses to clip for an optimizer that unscales
-    gradients itself, as fused ones do (also in ``bf16-mixed``)."""
-    params = [p for g in groups for p in g["params"]]
-    return (not clips_under_autocast and bool(params)
-            and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params))
-
-
 def lightning_clips_under_autocast(trainer: pl.Trainer) -> bool:
     """The trainer clips gradients under Lightning's mixed precision (``16-mixed``, ``bf16-mixed``)."""
     return isinstance(trainer.precision_plugin, MixedPrecision) and bool(trainer.gradient_clip_val)
-
-
-def build_optimizer(name: Literal["adamw", "sgd"], groups: list[dict[str, Any]], *,
-                    clips_under_autocast: bool = False, **hyper: Any) -> torch.optim.Optimizer:
-    """torch's ``name`` optimizer over ``groups`` with ``hyper`` (``lr``, ``betas``, ``momentum``, ...):
-    its fused step where :func:`fused_step_applies`, else torch's default. The update is the same,
-    rounding aside; on the CPU, where torch's default is a loop over the parameters, the fused AdamW
-    step is 3-6x faster (its multi-tensor step is no faster than the loop there; docs/training.md,
-    "The optimizer step")."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
-    fused = fused_step_applies(groups, clips_under_autocast)
-    optimizer = OPTIMIZERS[name](groups, **hyper, **({"fused": True} if fused else {}))
-    optimizer.register_load_state_dict_pre_hook(_keep_own_step)
-    return optimizer
-
-
-def _keep_own_step(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
-    """A resumed optimizer state keeps the step this optimizer was built with: a checkpoint written
-    with torch's default step (before the fused one, or on another machine) resumes fused, and a
-    fused one resumes where Lightning would refuse to clip for it (a run continued under mixed
-    precision) with torch's default step. Runs before the state's tensors are placed, which follows
-    these keys."""
-    groups = [{**saved, **{k: own.get(k) for k in STEP_KEYS}}
-              for saved, own in zip(state_dict["param_groups"], optimizer.param_groups)]
-    return {**state_dict, "param_groups": groups + state_dict["param_groups"][len(groups):]}
