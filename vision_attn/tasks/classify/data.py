@@ -85,8 +85,8 @@ class ClassificationDataModule(ResumableDataModule):
             batches of ``batch_size`` padded to their longest sequence. A mapping: timm's NaFlex loader's
             token budget (:class:`~vision_attn.data.naflex_budget.TokenBudget`: ``max_tokens_per_batch``,
             ``train_seq_lens``, ``max_seq_len``, ``batch_divisor``): each training batch draws a sequence
-            length and holds as many images as the budget allows; validation batches of
-            ``eval_batch_size`` at ``max_seq_len``. No crop (``scale``, ``ratio`` and ``crop_pct`` are
+            length and holds as many images as the budget allows, every image once per epoch
+            (``drop_last`` unused); validation batches of ``eval_batch_size`` at ``max_seq_len``. No crop (``scale``, ``ratio`` and ``crop_pct`` are
             unused), flips and colour jitter only, normalised in the loader; the model must take patch
             batches (a ViT with a learned or no position table: ``naflexvit_*_siglip``, ``vit_*``).
         naflex_patch: the patch size of ``naflex`` (None: the model's, filled in by ``train cls``; 16
