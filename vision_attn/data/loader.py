@@ -93,21 +93,26 @@ def check_loader_args(batch_size: int, eval_batch_size: int | None, num_workers:
 def make_loader(dataset: Any, batch_size: int, *, train: bool, num_workers: int, persistent_workers: bool,
                 pin_memory: bool | None, drop_last: bool, seed: int,
                 collate_fn: Callable[[list], Any] | None = None, num_replicas: int = 1,
-                rank: int = 0) -> torch.utils.data.DataLoader:
+                rank: int = 0, batches: Callable[[EpochSampler], Any] | None = None) -> torch.utils.data.DataLoader:
     """A DataLoader over this process's share (``rank`` of ``num_replicas``) of ``dataset`` in an
     :class:`~vision_attn.data.sampler.EpochSampler` order: training loaders shuffle by (``seed``, epoch),
     augment each item as a function of (``seed``, epoch, index) (:class:`~vision_attn.data.sampler.EpochItems`)
     and may drop the last batch. Workers are seeded (:func:`seed_worker`), optionally persistent; the
     loader's own generator gives them their base seed, so loading never draws from the global random
-    streams. ``pin_memory`` None: when CUDA is available."""
+    streams. ``pin_memory`` None: when CUDA is available. ``batches``: a training loader's batch sampler
+    made from the :class:`~vision_attn.data.sampler.EpochSampler` (batches of many sizes: NaFlex's token
+    budget, :class:`~vision_attn.data.naflex_budget.NaFlexBatchSampler`); ``batch_size`` and
+    ``drop_last`` are then unused."""
     pin = torch.cuda.is_available() if pin_memory is None else pin_memory
     generator = torch.Generator()
     generator.manual_seed(seed)
     sampler = EpochSampler(len(dataset), shuffle=train, seed=seed, num_replicas=num_replicas, rank=rank,
                            with_epoch=train)
+    batching: dict[str, Any] = {"batch_size": batch_size, "sampler": sampler, "drop_last": train and drop_last}
+    if train and batches is not None:
+        batching = {"batch_sampler": batches(sampler)}
     return Loader(
-        EpochItems(dataset, seed) if train else dataset, batch_size=batch_size, sampler=sampler,
-        drop_last=train and drop_last,
+        EpochItems(dataset, seed) if train else dataset, **batching,
         num_workers=num_workers, persistent_workers=persistent_workers and num_workers > 0, pin_memory=pin,
         worker_init_fn=seed_worker if num_workers > 0 else None, generator=generator,
         collate_fn=collate_fn, prefetch_factor=4 if num_workers > 0 else None,

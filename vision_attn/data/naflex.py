@@ -94,12 +94,16 @@ def collate_patches(items: Sequence[tuple[torch.Tensor, tuple[int, int]]], lengt
 class NaFlexCollate:
     """A loader's ``collate_fn`` for classification: items (image (C, H, W) float, at its own size;
     label) -> (:class:`NaFlexBatch` of the images patchified within ``max_patches`` each, padded to the
-    batch's longest sequence; labels (B,)). timm's NaFlex loader's batches: a sequence length per batch."""
+    batch's longest sequence; labels (B,)). Items (image, label, seq_len), a token budget's batch
+    (:class:`~vision_attn.data.naflex_budget.NaFlexBatchSampler`), are patchified within that
+    ``seq_len`` and padded to it, as timm's NaFlex loader pads each batch to its sequence length."""
 
     def __init__(self, patch: int, max_patches: int) -> None:
         _check_budget(patch, max_patches)
         self.patch, self.max_patches = patch, max_patches
 
-    def __call__(self, items: Sequence[tuple[torch.Tensor, int]]) -> tuple[NaFlexBatch, torch.Tensor]:
-        batch = collate_patches([to_patches(image, self.patch, self.max_patches) for image, _ in items])
-        return batch, torch.tensor([int(label) for _, label in items], dtype=torch.long)
+    def __call__(self, items: Sequence[tuple]) -> tuple[NaFlexBatch, torch.Tensor]:
+        seq_len = int(items[0][2]) if items and len(items[0]) > 2 else None
+        budget = self.max_patches if seq_len is None else seq_len
+        batch = collate_patches([to_patches(item[0], self.patch, budget) for item in items], seq_len)
+        return batch, torch.tensor([int(item[1]) for item in items], dtype=torch.long)

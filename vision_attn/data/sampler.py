@@ -80,7 +80,7 @@ def item_seed(seed: int, epoch: int, index: int) -> int:
 
 class EpochItems(Dataset):
     """``dataset`` read by ``(index, epoch)`` keys: before each item its ``transform`` draws from new
-    generators seeded with :func:`item_seed`: an albumentations pipeline gets one NumPy and one Python
+    generators seeded with :func:`item_seed` (a key's further parts are appended to the item): an albumentations pipeline gets one NumPy and one Python
     generator for all its transforms (``set_random_state``: 0.1 ms, where ``set_random_seed`` makes a
     pair per transform: 1 ms), anything else with ``set_random_seed`` is reseeded."""
 
@@ -94,12 +94,13 @@ class EpochItems(Dataset):
     def transform(self) -> Any:
         return getattr(self.dataset, "transform", None)
 
-    def __getitem__(self, key: tuple[int, int]) -> Any:
-        index, epoch = key
+    def __getitem__(self, key: tuple[int, ...]) -> Any:
+        index, epoch, *extra = key  # extra: what a batch sampler adds (a NaFlex batch's seq_len)
         transform = self.transform
         seed = item_seed(self.seed, epoch, index)
         if hasattr(transform, "set_random_state"):
             transform.set_random_state(np.random.default_rng(seed), random.Random(seed))
         elif hasattr(transform, "set_random_seed"):
             transform.set_random_seed(seed)
-        return self.dataset[index]
+        item = self.dataset[index]
+        return (*item, *extra) if extra else item

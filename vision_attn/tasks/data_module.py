@@ -35,19 +35,24 @@ class ResumableDataModule(pl.LightningDataModule):
         self._resume_at: tuple[int, int] | None = None
 
     def loader(self, dataset: Any, batch_size: int, *, train: bool,
-               collate_fn: Callable[[list], Any] | None = None) -> DataLoader:
+               collate_fn: Callable[[list], Any] | None = None,
+               batches: Callable[[Any], Any] | None = None) -> DataLoader:
         """A loader over this process's share of ``dataset``; a resumed training loader starts after
-        the batches its checkpoint had done."""
+        the batches its checkpoint had done. ``batches``: the training batch sampler, made from the
+        process's :class:`~vision_attn.data.sampler.EpochSampler` (see :func:`~vision_attn.data.loader.make_loader`)."""
         hp = self.hparams
         trainer = self.trainer
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         loader = make_loader(dataset, batch_size, train=train, num_workers=hp.num_workers,
                              persistent_workers=hp.persistent_workers, pin_memory=hp.pin_memory,
                              drop_last=hp.drop_last, seed=hp.seed, collate_fn=collate_fn, num_replicas=replicas,
-                             rank=rank)
+                             rank=rank, batches=batches)
         if train and self._resume_at is not None:
-            epoch, batches = self._resume_at
-            loader.sampler.resume_at(epoch, batches * batch_size)
+            epoch, done = self._resume_at
+            if batches is not None:  # batches of many sizes: skipped as batches
+                loader.batch_sampler.resume_at(epoch, done)
+            else:
+                loader.sampler.resume_at(epoch, done * batch_size)
             self._resume_at = None
         return loader
 

@@ -30,6 +30,7 @@ from vision_attn.data.device_augment import AUGMENT_ON, DeviceAugment, batch_see
 from vision_attn.data.file_transforms import EvalFileTransform, TrainFileTransform
 from vision_attn.data.loader import check_loader_args
 from vision_attn.data.naflex import NaFlexCollate
+from vision_attn.data.naflex_budget import NaFlexBatchSampler, TokenBudget
 from vision_attn.data.transforms import naflex_transforms
 from vision_attn.data.normalize import NORMALIZE_ON, PixelNormalize
 from vision_attn.data.shards import ShardDataset, ShardSplits, is_shard_set, open_shards
@@ -78,12 +79,18 @@ class ClassificationDataModule(ResumableDataModule):
         pin_memory: page-locked batches (None: when CUDA is available).
         drop_last: drop the incomplete last training batch (needed by Mixup, which wants even batches).
         seed: seed of the augmentation pipeline in the training process.
-        naflex: NaFlex's token budget (0: off): each image at its own aspect ratio, resized to at most
-            this many patches of ``naflex_patch`` px (the model's patch size) and patchified; a batch is
-            padded to its longest sequence, with a mask (:class:`~vision_attn.data.naflex.NaFlexBatch`,
-            timm's NaFlex loader's batches). No crop (``scale``, ``ratio`` and ``crop_pct`` are unused),
-            flips and colour jitter only, normalised in the loader; the model must take patch batches
-            (a ViT with a learned or no position table: ``naflexvit_*_siglip``, ``vit_*``).
+        naflex: NaFlex (0: off): each image at its own aspect ratio, resized to at most a number of
+            patches of ``naflex_patch`` px and patchified; a batch is padded with a mask
+            (:class:`~vision_attn.data.naflex.NaFlexBatch`). An integer: the patches per image, in
+            batches of ``batch_size`` padded to their longest sequence. A mapping: timm's NaFlex loader's
+            token budget (:class:`~vision_attn.data.naflex_budget.TokenBudget`: ``max_tokens_per_batch``,
+            ``train_seq_lens``, ``max_seq_len``, ``batch_divisor``): each training batch draws a sequence
+            length and holds as many images as the budget allows, every image once per epoch
+            (``drop_last`` unused); validation batches of ``eval_batch_size`` at ``max_seq_len``. No crop (``scale``, ``ratio`` and ``crop_pct`` are
+            unused), flips and colour jitter only, normalised in the loader; the model must take patch
+            batches (a ViT with a learned or no position table: ``naflexvit_*_siglip``, ``vit_*``).
+        naflex_patch: the patch size of ``naflex`` (None: the model's, filled in by ``train cls``; 16
+            for a data module used alone).
     """
 
     def __init__(
@@ -113,8 +120,8 @@ class ClassificationDataModule(ResumableDataModule):
         pin_memory: bool | None = None,
         drop_last: bool = True,
         seed: int = 0,
-        naflex: int = 0,
-        naflex_patch: int = 16,
+        naflex: int | dict[str, Any] = 0,
+        naflex_patch: int | None = None,
     ) -> None:
         mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD  # before save_hyperparameters reads them
         super().__init__()
@@ -133,7 +140,9 @@ class ClassificationDataModule(ResumableDataModule):
         if naflex and rand_augment or naflex and random_erasing:
             raise ConfigError("data.naflex takes flips and colour jitter only: set data.rand_augment: 0 and "
                               "data.random_erasing: 0")
-        self.collate = NaFlexCollate(naflex_patch, naflex) if naflex else None
+        self.budget = TokenBudget.from_config(naflex, batch_size) if isinstance(naflex, dict) else None
+        self.collate = NaFlexCollate(naflex_patch or 16, self.budget.max_seq_len if self.budget else naflex) \
+            if naflex else None
         self.save_hyperparameters()
         self.pixels = PixelNormalize(mean, std)  # what on_after_batch_transfer does to a uint8 batch
         # augment="device": what on_after_batch_transfer does to a training batch instead
@@ -192,7 +201,7 @@ class ClassificationDataModule(ResumableDataModule):
             eval_ft = naflex_transforms(mean=hp.mean, std=hp.std)
         self.train_set = dataset(splits.train, splits.classes, train_ft)  # type: ignore[arg-type]
         self.val_set = dataset(splits.val, splits.classes, eval_ft)  # type: ignore[arg-type]
-        if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size:
+        if stage in (None, "fit") and hp.drop_last and len(self.train_set) < hp.batch_size and self.budget is None:
             raise ConfigError(f"data.batch_size={hp.batch_size} is larger than the {len(self.train_set)} training "
                               f"images, and data.drop_last drops the only batch: lower data.batch_size")
         if stage in (None, "fit", "validate") and not len(self.val_set):
@@ -206,10 +215,36 @@ class ClassificationDataModule(ResumableDataModule):
         return eval_transforms(hp.img_size, crop_pct=hp.crop_pct, mean=hp.mean, std=hp.std,
                                interpolation=hp.interpolation)
 
+    def use_patch(self, patch: int) -> None:
+        """NaFlex's patch size from the model (``train cls``): ``naflex_patch`` when it was not given;
+        a different one given is refused."""
+        if self.collate is None:
+            return
+        given = self.hparams.naflex_patch
+        if given is not None and given != patch:
+            raise ConfigError(f"data.naflex_patch={given}, but the model's patches are {patch} px: leave "
+                              f"data.naflex_patch out (it follows the model) or set it to {patch}")
+        self.hparams.naflex_patch = patch
+        self.collate = NaFlexCollate(patch, self.collate.max_patches)
+
+    def naflex_record(self, replicas: int = 1) -> dict[str, Any] | None:
+        """What the run records of ``data.naflex`` (None: off): the patches per image and the patch size,
+        or a token budget, its sequence lengths and its training batches per epoch at each (for a
+        process's share of ``replicas``)."""
+        if self.collate is None:
+            return None
+        if self.budget is None:
+            return {"max_patches": self.hparams.naflex, "patch": self.collate.patch}
+        assert self.train_set is not None, "call setup() first"
+        share = -(-len(self.train_set) // replicas)
+        return self.budget.record(self.collate.patch, self.budget.schedule(share, self.hparams.seed))
+
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"
-        return self.loader(self.train_set, self.hparams.batch_size, train=True, collate_fn=self.collate)
+        budget = self.budget
+        return self.loader(self.train_set, self.hparams.batch_size, train=True, collate_fn=self.collate,
+                           batches=None if budget is None else lambda sampler: NaFlexBatchSampler(sampler, budget))
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None, "call setup() first"

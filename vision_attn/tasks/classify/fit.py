@@ -59,6 +59,11 @@ def _build_classification(cfg, say: Echo) -> tuple[Any, Any]:
                         "more class folders (train/CLASS/...)")
     module = ClassificationModule(**model_cfg, num_classes=len(splits.classes), img_size=data_cfg["img_size"],
                                   class_names=splits.classes)
+    patch = getattr(getattr(module.model, "patch_embed", None), "patch_size", None)
+    if patch is not None and len(set(patch)) == 1:  # NaFlex patchifies with the model's square patches
+        datamodule.use_patch(int(patch[0]))
+    if datamodule.budget is not None:
+        say(f"data: {datamodule.budget.describe(datamodule.collate.patch)}")
     params = sum(p.numel() for p in module.model.parameters())
     say(f"model: {module.hparams.name}, {params / 1e6:.2f} M parameters, {len(splits.classes)} classes, "
         f"{data_cfg['img_size']} px")
@@ -91,7 +96,7 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "ignored_files": datamodule.splits.ignored,
         "skipped_bad_images": len(datamodule.splits.bad),
         "img_size": cfg.data.img_size,
-        **({"naflex": {"max_patches": cfg.data.naflex, "patch": cfg.data.naflex_patch}} if cfg.data.naflex else {}),
+        **({"naflex": naflex} if (naflex := datamodule.naflex_record(_replicas(datamodule))) else {}),
         "val_top1": metric_value(cm, "val/top1"),
         "val_top5": metric_value(cm, "val/top5"),
         "val_loss": metric_value(cm, "val/loss"),
@@ -102,6 +107,11 @@ def _report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float |
         "gmacs": round(flops.gmacs, 6),
         "per_class_accuracy": report.get("per_class_accuracy", {}),
     }
+
+
+def _replicas(datamodule) -> int:
+    trainer = datamodule.trainer
+    return int(trainer.world_size) if trainer is not None else 1
 
 
 def _triple(values) -> str:

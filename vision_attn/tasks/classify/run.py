@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from vision_attn.data import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, eval_transforms, image_paths, load_image, scan_folder
 from vision_attn.data.calibration import folder_calibration, labelled_folder
 from vision_attn.data.naflex import NaFlexCollate
+from vision_attn.data.naflex_budget import naflex_eval_len
 from vision_attn.data.transforms import naflex_transforms
 from vision_attn.data.video import FrameReader
 from vision_attn.errors import CheckpointError, ConfigError
@@ -62,11 +63,11 @@ def load_classifier_run(ckpt: dict[str, Any], path: Path, *, device: str | torch
 
 def _naflex(clf: Run, runtime: Runtime | None) -> NaFlexCollate | None:
     """The collate of a run trained with ``data.naflex`` (None: square images); such a run runs in PyTorch."""
-    budget = int(clf.data_hparams.get("naflex") or 0)
+    budget = naflex_eval_len(clf.data_hparams.get("naflex"))
     if budget and runtime is not None:
         raise ConfigError(f"{clf.path}: a data.naflex run takes patch sequences of many lengths, which exported "
                           f"graphs do not: leave out --runtime")
-    return NaFlexCollate(int(clf.data_hparams.get("naflex_patch", 16)), budget) if budget else None
+    return NaFlexCollate(int(clf.data_hparams.get("naflex_patch") or 16), budget) if budget else None
 
 
 def load_classifier(path: str | os.PathLike) -> Run:
