@@ -68,6 +68,8 @@ def test_train_resume_eval_predict_and_export(tiny, capsys, tmp_path):
     # compare ranks the run by its task's own metric; tests/analysis/written_runs.py writes these keys too
     assert run_metric(m, run) == ((m["val_pose_map"], "keypoint mAP@.5:.95") if task == "pose"
                                   else (m["val_map"], "rotated-box mAP@.5:.95"))
+    legacy = {k: v for k, v in m.items() if k != "task"}  # a run from before metrics.json named its task
+    assert run_metric(legacy, run) == run_metric(m, run)  # its checkpoint's record
     if task == "pose":
         assert set(pose_metrics("x", 0.5, 0.5)) <= set(m)
     ckpt = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
