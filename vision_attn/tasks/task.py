@@ -84,10 +84,6 @@ class Metric:
     logged: str
     label: str
 
-    def format(self, value: float | None) -> str:
-        """``label 61.25%`` (``n/a`` for None)."""
-        return f"{self.label} {'n/a' if value is None else f'{100 * value:.2f}%'}"
-
 
 @dataclass(frozen=True)
 class Task:
