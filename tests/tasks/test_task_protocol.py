@@ -1,6 +1,6 @@
 """The task protocol holds: ``commands/``, ``export/``, ``ablation/``, ``search/`` and ``analysis/`` ask the task record
-(vision_attn/tasks/task.py) and never compare task names, dispatch on a dict keyed by them, or test a
-concrete loss or head class with ``isinstance`` (ARCHITECTURE.md, "Tasks")."""
+(vision_attn/tasks/task.py) and never compare task names, dispatch on a dict keyed by them, test a
+concrete loss or head class with ``isinstance``, or name a task's metric key (ARCHITECTURE.md, "Tasks")."""
 from __future__ import annotations
 
 import ast
