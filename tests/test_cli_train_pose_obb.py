@@ -8,6 +8,8 @@ import json
 import pytest
 import torch
 
+from tests.analysis.written_runs import pose_metrics
+from vision_attn.analysis.compare import run_metric
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig
 from vision_attn.data.digit_warps import write_digit_keypoints, write_digit_obb
@@ -62,7 +64,14 @@ def test_train_resume_eval_predict_and_export(tiny, capsys, tmp_path):
                  "predictions.png"):
         assert (run / name).is_file(), name
     m = json.loads((run / "metrics.json").read_text())
-    assert m["epochs"] == 1 and 0 <= m["val_map"] <= m["val_map50"] <= 1
+    assert m["epochs"] == 1 and 0 <= m["val_map"] <= m["val_map50"] <= 1 and m["task"] == task
+    # compare ranks the run by its task's own metric; tests/analysis/written_runs.py writes these keys too
+    assert run_metric(m, run) == ((m["val_pose_map"], "keypoint mAP@.5:.95") if task == "pose"
+                                  else (m["val_map"], "rotated-box mAP@.5:.95"))
+    legacy = {k: v for k, v in m.items() if k != "task"}  # a run from before metrics.json named its task
+    assert run_metric(legacy, run) == run_metric(m, run)  # its checkpoint's record
+    if task == "pose":
+        assert set(pose_metrics("x", 0.5, 0.5)) <= set(m)
     ckpt = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["task"] == task
     csv = (run / "csv" / "metrics.csv").read_text().splitlines()[0]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from vision_attn.analysis.compare import run_metric
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig
 from vision_attn.data.digit_masks import write_digit_masks
@@ -62,6 +63,7 @@ def test_train_seg_writes_the_run_then_resumes_evaluates_and_predicts(tiny, caps
     assert m["epochs"] == 2 and m["global_step"] == 4 and m["mask_ratio"] == 4
     assert 0 <= m["val_mask_map"] <= m["val_mask_map50"] <= 1 and 0 <= m["val_map"] <= m["val_map50"] <= 1
     assert set(m["per_class_mask_ap"]) == {str(i) for i in range(10)}
+    assert m["task"] == "seg" and run_metric(m, run) == (m["val_mask_map"], "mask mAP@.5:.95")  # what compare ranks by
     ckpt = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["task"] == "seg" and ckpt["model_yaml"]["head"][-1][2] == "Segment"
     csv = (run / "csv" / "metrics.csv").read_text().splitlines()[0]

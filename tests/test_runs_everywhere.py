@@ -64,7 +64,9 @@ def test_flops_and_compare_by_the_run_folder(runs, capsys):
         assert counted["params"] == recorded["params"] and counted["kind"] == "checkpoint"
     assert main(["compare", str(tmp / "runs" / "cls"), str(tmp / "runs" / "det"), "--no-latency", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert rows[0]["metric_name"] == "top-1" and rows[1]["metric_name"].startswith("mAP")
+    assert rows[0]["metric_name"] == "top-1" and rows[1]["metric_name"] == "mAP@.5:.95"
+    metrics = [json.loads((tmp / "runs" / name / "metrics.json").read_text()) for name in ("cls", "det")]
+    assert [r["metric"] for r in rows] == [metrics[0]["val_top1"], metrics[1]["val_map"]]
 
 
 @pytest.mark.parametrize("name, extra, output", [

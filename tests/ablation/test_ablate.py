@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.analysis.written_runs import pose_metrics, write_run
 from vision_attn.ablation import make_plan, read_plan
 from vision_attn.ablation.execute import print_commands
+from vision_attn.ablation.report import build_report
 from vision_attn.ablation.stats import paired_difference, summarise
 from vision_attn.cli import main
 from vision_attn.models.yolo import build_detector
@@ -209,3 +211,22 @@ def test_classifier_sites_are_checked_before_anything_trains(tmp_path, capsys):
                  "--runs_dir", str(tmp_path), "--name", "c"]) == 2
     assert "a classifier has no neck" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_pose_ablation_leads_with_the_keypoint_map(tmp_path):
+    """The paired intervals of a pose ablation lead with the keypoint mAP (the task's primary metric): here
+    CBAM is better than none by it and worse by the box mAP (runs as the trainer leaves them, not trained)."""
+    plan = make_plan("demo_digit_keypoints", ["CBAM"], seeds=3, name="pose", runs_dir=tmp_path)
+    assert plan.task == "pose" and list(plan.variants) == ["none", "cbam"]
+    for spec in plan.runs():
+        up = 0.1 * (spec.variant == "cbam")
+        write_run(spec.folder, pose_metrics(spec.name, box=0.6 - up + 0.01 * spec.seed,
+                                            keypoint=0.3 + up + 0.02 * spec.seed))
+    report = build_report(plan, latency=False)
+    assert list(report.to_dict()["metrics"])[:2] == ["val_pose_map", "val_pose_map50"]
+    assert "val_map" in report.to_dict()["metrics"]  # the box mAP is still reported, after it
+    first = report.sentences()[0]
+    assert first.startswith("cbam - none, keypoint mAP@.5:.95: +10.00 points") and "cbam is better" in first
+    box = next(s for s in report.sentences() if s.startswith("cbam - none, box mAP@.5:.95"))
+    assert "-10.00 points" in box and "cbam is worse" in box
+    assert list(report.rows()[0])[5] == "keypoint mAP@.5:.95 mean %"

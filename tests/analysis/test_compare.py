@@ -7,6 +7,7 @@ import json
 import pytest
 from PIL import Image
 
+from tests.analysis.written_runs import pose_metrics, write_run
 from tests.folders import make_folder
 from vision_attn.analysis.compare import compare, pareto_front, read_run_metrics
 from vision_attn.cli import main
@@ -82,11 +83,49 @@ def test_detection_metrics_are_read(tmp_path):
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps({"name": "det", "model": "yolov8n", "params": 3_157_200,
                                                   "gmacs": 4.372, "img_size": 640, "val_map": 0.25, "val_map50": 0.4}))
-    (row,) = compare([run], latency=False)
-    assert (row.metric, row.metric_name, row.params, row.img_size) == (0.25, "mAP", 3_157_200, 640)
-    (run / "metrics.json").write_text(json.dumps({"params": 1, "gmacs": 0.1, "metrics": {"map50": 0.5}}))
-    (row,) = compare([run], latency=False)
-    assert (row.metric, row.metric_name, row.name) == (0.5, "mAP50", "det")
+    (row,) = compare([run], latency=False)  # no task named, no checkpoint: the task whose metrics these are
+    assert (row.metric, row.metric_name, row.params, row.img_size) == (0.25, "mAP@.5:.95", 3_157_200, 640)
+    (run / "metrics.json").write_text(json.dumps({"params": 1, "gflops": 0.2, "metrics": {"map50": 0.5}}))
+    (row,) = compare([run], latency=False)  # detection's metrics.json records GFLOPs (2 per MAC)
+    assert (row.metric, row.metric_name, row.name, row.gmacs) == (0.5, "mAP@.5", "det", 0.1)
+
+
+def test_pose_runs_are_ranked_by_keypoint_map_not_box_map(tmp_path, capsys):
+    # the same cost; the box mAP prefers a, the keypoint mAP (the pose task's primary metric) prefers b
+    a = write_run(tmp_path / "a", pose_metrics("a", box=0.80, keypoint=0.30))
+    b = write_run(tmp_path / "b", pose_metrics("b", box=0.50, keypoint=0.60))
+    assert main(["compare", str(a), str(b), "--no-latency", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["metric"], r["metric_name"], r["pareto"]) for r in rows] == [
+        ("a", 0.30, "keypoint mAP@.5:.95", False), ("b", 0.60, "keypoint mAP@.5:.95", True)]
+    assert rows[0]["gmacs"] == 4.6
+    # a run folder from before metrics.json named its task (and without a checkpoint): the same reading
+    for run in (a, b):
+        metrics = json.loads((run / "metrics.json").read_text())
+        del metrics["task"]
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    assert [(r.metric, r.metric_name) for r in compare([a, b], latency=False)] == [
+        (0.30, "keypoint mAP@.5:.95"), (0.60, "keypoint mAP@.5:.95")]
+
+
+@pytest.mark.parametrize("task, primary, other, label", [
+    ("seg", "val_mask_map", "val_map", "mask mAP@.5:.95"),
+    ("obb", "val_map", "val_map50", "rotated-box mAP@.5:.95"),
+    ("cls", "val_top1", "val_top5", "top-1"),
+])
+def test_each_task_ranks_by_its_own_primary_metric(tmp_path, task, primary, other, label):
+    runs = [write_run(tmp_path / n, {"name": n, "task": task, "params": 10, "gmacs": 1.0, "img_size": 64,
+                                     primary: p, other: o}) for n, p, o in (("a", 0.3, 0.9), ("b", 0.6, 0.7))]
+    rows = compare(runs, latency=False)
+    assert [(r.metric, r.metric_name) for r in rows] == [(0.3, label), (0.6, label)]
+    assert pareto_front([(r.gmacs, r.metric) for r in rows]) == [1]
+
+
+def test_a_run_of_a_task_not_registered_is_one_line(tmp_path, capsys):
+    run = write_run(tmp_path / "r", {"name": "r", "task": "depth", "params": 1, "gmacs": 1.0, "val_delta1": 0.5})
+    assert main(["compare", str(run), "--no-latency"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a run of the task 'depth', which is not registered here" in err
 
 
 def test_plot_needs_a_metric(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """Keypoints and oriented boxes through letterbox, mosaic, rotating affine and flips: each point lands where
 the image content it marks went, flips swap points by flip_idx, points leaving the image turn invisible."""
+import albumentations as A
 import cv2
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from vision_attn.data import DetectionTransform, collate_detection, open_detection
 from vision_attn.data.det_transforms import clip_keypoints
 from vision_attn.data.rotated import xywhr_to_corners
+from vision_attn.data.shape_transforms import replay_points
 from vision_attn.errors import ConfigError
 
 RED, GREEN = (255, 0, 0), (0, 255, 0)
@@ -177,3 +179,34 @@ def test_box_cut_by_the_edge_is_refit_as_ultralytics_does():
     ours = corners_to_xywhr(np.stack([fit_visible(c, 0, 0, 64, 64) for c in corners]))
     np.testing.assert_allclose(ours, theirs, atol=1e-3)
     assert ours[0, 2] < 30 and ours[2, 2] == pytest.approx(20, abs=1e-3)  # the cut box is shorter
+
+
+@pytest.mark.parametrize("crop, position", [((100, 50), "center"), ((90, 120), "top_left"), ((70, 40), "bottom_right")])
+def test_a_padding_center_crop_moves_points_as_albumentations_moves_its_keypoints_and_the_image(crop, position):
+    """A crop taller (or also wider) than the 60 x 80 image pads it first, so the shift is negative on one
+    axis and positive on the other; points land where albumentations puts its own keypoints, on the pixel
+    they marked."""
+    img = np.zeros((60, 80, 3), np.uint8)
+    marked = [(10, 12), (40, 30), (70, 55)]  # pixels (x, y); their centres are the points
+    for x, y in marked:
+        img[y, x] = (255, 255, 255)
+    pts = np.array(marked, np.float64) + 0.5
+    pipeline = A.Compose([A.CenterCrop(*crop, pad_if_needed=True, pad_position=position, p=1.0)],
+                         keypoint_params=A.KeypointParams(format="xy", remove_invisible=False),
+                         save_applied_params=True, strict=True)
+    out = pipeline(image=img, keypoints=pts)
+    assert out["applied_transforms"][0][1]["pad_params"]  # padded indeed
+    moved = replay_points(pts, out["applied_transforms"], out["image"].shape[:2])
+    np.testing.assert_allclose(moved, np.asarray(out["keypoints"])[:, :2], atol=1e-5)
+    h, w = out["image"].shape[:2]
+    inside = [(x, y) for x, y in moved if 0 <= x < w and 0 <= y < h]
+    assert inside and all(out["image"][int(y), int(x)].tolist() == [255, 255, 255] for x, y in inside)
+
+
+def test_a_transform_without_geometry_is_a_one_line_error_naming_it():
+    out = A.Compose([A.Rotate(limit=30, p=1.0)], save_applied_params=True)(image=np.zeros((32, 32, 3), np.uint8))
+    with pytest.raises(ConfigError) as e:
+        replay_points(np.array([[4.0, 5.0]]), out["applied_transforms"], (32, 32))
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("transform Rotate: instance shapes")
+    assert "Affine, CenterCrop, HorizontalFlip, LongestMaxSize, PadIfNeeded, VerticalFlip" in message

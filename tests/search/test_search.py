@@ -83,12 +83,12 @@ def test_a_real_search_trains_run_folders_and_writes_the_front(tmp_path, capsys,
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert sorted(t.params["block"] for t in trials) == ["ECA", "SE"]  # the grid: each block once
     front = json.loads((tmp_path / "s" / "front.json").read_text())
-    assert front["metric"] == {"key": "val_map50", "label": "mAP@.5"}
+    assert front["metric"] == {"key": "val_map", "label": "mAP@.5:.95"}  # the task's primary metric
     for t in trials:  # each trial an ordinary run folder; its objectives are the run's own numbers
         run = Path(t.user_attrs["run"])
         metrics = json.loads((run / "metrics.json").read_text())
         assert (run / "best.ckpt").is_file() and (run / "config.yaml").is_file()
-        assert t.values[0] == metrics["val_map50"] and t.values[1] == pytest.approx(metrics["gflops"], abs=1e-6)
+        assert t.values[0] == metrics["val_map"] and t.values[1] == pytest.approx(metrics["gflops"], abs=1e-6)
         assert t.user_attrs["params"] == metrics["params"]
     gflops = {t.params["block"]: t.values[1] for t in trials}
     assert len(set(gflops.values())) == 2  # different blocks: different costs
@@ -96,7 +96,7 @@ def test_a_real_search_trains_run_folders_and_writes_the_front(tmp_path, capsys,
     assert [r["trial"] for r in front["front"]] == sorted(best, key=lambda n: study.trials[n].values[1])
     assert all(r["latency_ms"] > 0 and r["params"] > 1e6 for r in front["front"])
     assert (tmp_path / "s" / "front.png").stat().st_size > 0
-    assert (tmp_path / "s" / "front.csv").read_text().startswith("trial,block,site,scale,lr,mAP@.5 %,GFLOPs")
+    assert (tmp_path / "s" / "front.csv").read_text().startswith("trial,block,site,scale,lr,mAP@.5:.95 %,GFLOPs")
 
 
 @pytest.mark.parametrize("space,storage,message", [

@@ -1,6 +1,6 @@
 """The task protocol holds: ``commands/``, ``export/``, ``ablation/``, ``search/`` and ``analysis/`` ask the task record
-(vision_attn/tasks/task.py) and never compare task names, dispatch on a dict keyed by them, or test a
-concrete loss or head class with ``isinstance`` (ARCHITECTURE.md, "Tasks")."""
+(vision_attn/tasks/task.py) and never compare task names, dispatch on a dict keyed by them, test a
+concrete loss or head class with ``isinstance``, or name a task's metric key (ARCHITECTURE.md, "Tasks")."""
 from __future__ import annotations
 
 import ast
@@ -107,6 +107,20 @@ def test_every_task_record_answers_the_commands():
         assert task.insertion in ("yaml", "model", None), task.name
         if task.insertion is not None:
             assert task.headline, f"{task.name}: ablate needs Task.headline"
+
+
+def test_the_commands_name_no_metric_key_of_a_task():
+    """compare, ablate, search and the report rank runs by the record's primary metric (Task.primary): no
+    metrics.json key or logged name of a task's metric is written into them."""
+    keys = {k for t in TASKS.values() for k in (t.primary.key, t.primary.logged, *(h[0] for h in t.headline))}
+    assert {"val_pose_map", "val/pose_mAP50-95", "val_map", "val_map50", "val_top1"} <= keys
+    found = []
+    for package in ASKERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in keys:
+                    found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.value!r}")
+    assert not found, "ask Task.primary / Task.reported instead:\n" + "\n".join(found)
 
 
 def test_a_task_registers_once(monkeypatch):

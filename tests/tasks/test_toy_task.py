@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.analysis.written_runs import write_run
 from vision_attn.cli import main
 
 
@@ -38,6 +39,13 @@ def test_a_task_from_tests_trains_evaluates_predicts_and_exports_through_the_cli
     assert metrics["epochs"] == 2 and metrics["model"] == "toy" and 0 < metrics["val_score"] <= 1
     assert (run / "best.ckpt").is_file() and (run / "loss.png").is_file()
     capsys.readouterr()
+
+    # compare ranks its runs by the task record's primary metric (val_score), a key nothing else knows
+    worse = write_run(tmp_path / "worse", dict(metrics, name="worse", val_score=metrics["val_score"] / 2))
+    assert main(["compare", str(run), str(worse), "--no-latency", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["metric"], r["metric_name"], r["pareto"]) for r in rows] == [
+        (metrics["val_score"], "1 - MAE", True), (metrics["val_score"] / 2, "1 - MAE", False)]
 
     assert main(["eval", "toy", "--checkpoint", str(run), "--data", "toy:16", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

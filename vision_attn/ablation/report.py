@@ -1,8 +1,8 @@
 """An ablation's report, from the run folders that exist: per variant the mean and standard deviation over
 seeds of the task's metrics, parameters, GMACs, latency at batch 1 and training time; the paired
 difference of each metric against ``none`` with its 95% confidence interval and a plain sentence; written
-as ``ablation.json`` (every number), ``ablation.md``, ``ablation.csv``, ``ablation.png`` (the first
-metric against GMACs, error bars one standard deviation) and ``report.html`` (all of it and the runs'
+as ``ablation.json`` (every number), ``ablation.md``, ``ablation.csv``, ``ablation.png`` (the task's
+primary metric against GMACs, error bars one standard deviation) and ``report.html`` (all of it and the runs'
 curves and figures on one self-contained page).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from vision_attn.ablation.plan import AblationPlan
 from vision_attn.ablation.stats import PairedDifference, Summary, paired_difference, summarise
 from vision_attn.analysis.compare import compare, read_run_metrics
 from vision_attn.analysis.report import write_html_report
-from vision_attn.errors import ConfigError, DataError
+from vision_attn.errors import DataError
 from vision_attn.io.atomic import save_figure, write_json, write_text
 from vision_attn.tasks.registry import get_task
 
@@ -28,13 +28,9 @@ __all__ = ["metrics_of", "VariantReport", "AblationReport", "build_report", "wri
 
 
 def metrics_of(task: str) -> tuple[tuple[str, str], ...]:
-    """The ``metrics.json`` keys (fractions) an ablation of ``task`` reports, with their labels; the first is
-    plotted (the task record's ``headline``)."""
-    headline = get_task(task).headline
-    if not headline:
-        raise ConfigError(f"ablate: the {task} task names no metrics to compare (Task.headline); give its record "
-                          "the metrics.json keys an ablation reports")
-    return headline
+    """The ``metrics.json`` keys (fractions) an ablation of ``task`` reports, with their labels: the task's
+    primary metric first (the one plotted), then its other ``headline`` ones (``Task.reported``)."""
+    return get_task(task).reported
 
 
 @dataclass

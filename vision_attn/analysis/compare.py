@@ -1,11 +1,15 @@
 """One table of runs and models side by side: parameters, GMACs, latency and the accuracy or mAP found
 in each run's ``metrics.json``; the Pareto front of accuracy against GMACs, and its plot.
 
-A run folder must hold ``metrics.json`` (written when a run finishes). Classification runs give
-``val_top1`` (else ``best_val_top1``), detection runs ``val_map`` (COCO AP@[.5:.95]) else ``val_map50``
-(also without the ``val_`` prefix), at the top level or under ``metrics``/``val``. Parameters and GMACs come from the file when it has them, else
-they are counted from the run's checkpoint on the meta device. Latency is measured on the CPU at
-batch 1 with random weights of the same architecture (the weights do not change the time).
+A run folder must hold ``metrics.json`` (written when a run finishes). Its metric is its task's primary
+metric (``Task.primary``: top-1 for a classifier, mAP@[.5:.95] for a detector, the mask mAP for a
+segmenter, the keypoint mAP for a pose model, the rotated-box mAP for an oriented-box model), else the
+first of the task's other ``headline`` metrics the file has; a key is looked for at the top level or under
+``metrics``/``val``, also without its ``val_`` prefix. The task is the one ``metrics.json`` names, else the
+one the run's checkpoint records, else (a folder with neither) the registered task most of whose metrics
+the file has. Parameters and GMACs come from the file when it has them, else they are counted from the
+run's checkpoint on the meta device. Latency is measured on the CPU at batch 1 with random weights of the
+same architecture (the weights do not change the time).
 """
 from __future__ import annotations
 
@@ -21,15 +25,15 @@ from vision_attn.analysis.targets import load_target
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.io.atomic import save_figure
 from vision_attn.io.json import read_json
+from vision_attn.io.state_dict import RUN_CHECKPOINTS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CompareRow", "METRIC_KEYS", "compare", "compare_figure", "pareto_front", "plot_compare", "read_run_metrics"]
+    from vision_attn.tasks.task import Task
 
-METRIC_KEYS = (("val_top1", "top-1"), ("best_val_top1", "top-1"), ("val_map", "mAP"), ("map", "mAP"),
-               ("val_map50", "mAP50"), ("map50", "mAP50"))
-"""(key in metrics.json, label), in order of preference; fractions in [0, 1]."""
+__all__ = ["CompareRow", "compare", "compare_figure", "pareto_front", "plot_compare", "read_run_metrics", "run_metric",
+           "recorded_gmacs"]
 
 
 @dataclass
@@ -51,14 +55,53 @@ class CompareRow:
         return asdict(self)
 
 
-def _find_metric(metrics: dict[str, Any]) -> tuple[float | None, str | None]:
+def _lookup(metrics: dict[str, Any], key: str) -> float | None:
+    """The number ``key`` names in ``metrics`` (or under ``metrics``/``val``, also without ``val_``)."""
     scopes = [metrics] + [metrics[k] for k in ("metrics", "val") if isinstance(metrics.get(k), dict)]
-    for key, label in METRIC_KEYS:
-        for scope in scopes:
-            v = scope.get(key)
-            if isinstance(v, (int, float)) and not math.isnan(v):
-                return float(v), label
+    for scope in scopes:
+        for name in (key, key.removeprefix("val_")):
+            v = scope.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v):
+                return float(v)
+    return None
+
+
+def _run_task(metrics: dict[str, Any], run: Path) -> Task | None:
+    """The registered task of a run folder: the one its ``metrics.json`` names, else the one its checkpoint
+    records, else the registered task most of whose metrics (``Task.reported``) the file has (the first
+    registered of equals; None when it has none of any)."""
+    from vision_attn.tasks.registry import TASKS, get_task, task_of_run  # deferred: the tasks import Lightning
+
+    name = metrics.get("task")
+    if isinstance(name, str):
+        if name not in TASKS:
+            raise DataError(f"{run / 'metrics.json'}: a run of the task {name!r}, which is not registered here "
+                            f"(registered: {', '.join(TASKS)}); register its package first (register_task)")
+        return get_task(name)
+    if any((run / n).is_file() for n in RUN_CHECKPOINTS):
+        return task_of_run(run)
+    found = [sum(_lookup(metrics, key) is not None for key, _ in t.reported) for t in TASKS.values()]
+    return list(TASKS.values())[found.index(max(found))] if found and max(found) else None
+
+
+def run_metric(metrics: dict[str, Any], run: str | os.PathLike) -> tuple[float | None, str | None]:
+    """The metric a run (``metrics``: its ``metrics.json``) is ranked by and its label: its task's primary
+    metric, else the first of the task's other headline metrics the file has; (None, None) when none."""
+    task = _run_task(metrics, Path(run))
+    for key, label in task.reported if task is not None else ():
+        value = _lookup(metrics, key)
+        if value is not None:
+            return value, label
     return None, None
+
+
+def recorded_gmacs(metrics: dict[str, Any]) -> float | None:
+    """The GMACs a run's ``metrics.json`` records (``gmacs``, else half its ``gflops``), or None."""
+    for key, per_mac in (("gmacs", 1), ("gflops", 2)):
+        v = metrics.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v) / per_mac
+    return None
 
 
 def read_run_metrics(run: str | os.PathLike) -> dict[str, Any]:
@@ -95,8 +138,8 @@ def compare(targets: Sequence[str | os.PathLike], *, latency: bool = True, img_s
         path = Path(t)
         if path.is_dir():
             metrics = read_run_metrics(path)
-            metric, label = _find_metric(metrics)
-            params, gmacs = metrics.get("params"), metrics.get("gmacs")
+            metric, label = run_metric(metrics, path)
+            params, gmacs = metrics.get("params"), recorded_gmacs(metrics)
             recount = params is None or gmacs is None or img_size is not None
             target = load_target(path, device="cpu" if latency else "meta") if latency or recount else None
             size = img_size or metrics.get("img_size") or (target.img_size if target else None) or 224

@@ -5,7 +5,7 @@ An albumentations ``Compose`` built with ``save_applied_params=True`` reports wh
 :func:`replay_points` moves polygon points (x, y pixels, corner convention: pixel ``i`` spans
 ``[i, i + 1)``, as boxes) through the same steps: the same matrix the boxes get (albumentations'
 ``bbox_matrix``: the image's warp matrix shifted by half a pixel), so a polygon, its box and the image
-stay aligned under letterbox, rotation, scale, shear, translation, crops and flips. (albumentations'
+stay aligned under letterbox, rotation, scale, shear, translation, crops (padding ones too) and flips. (albumentations'
 own keypoints are not used: their flips take pixel-centre coordinates and their resize pixel corners.)
 Bitmaps (decoded RLEs) go through the pipeline as its ``masks``, warped with the image's matrix
 (nearest neighbour).
@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 
 from vision_attn.data.masks import clip_polygon
+from vision_attn.errors import ConfigError
 
 __all__ = ["replay_points", "place_polygons", "place_bitmap", "GEOMETRIC", "COLOUR"]
 
@@ -39,7 +40,10 @@ def _out_shapes(applied: Sequence[tuple[str, dict[str, Any]]], final: tuple[int,
 def replay_points(points: np.ndarray, applied: Sequence[tuple[str, dict[str, Any]]],
                   final: tuple[int, int]) -> np.ndarray:
     """Points (k, 2) x, y in the input image's pixels -> the same points in the output image's, through
-    ``applied`` (``out["applied_transforms"]``) and the output image's (h, w) ``final``."""
+    ``applied`` (``out["applied_transforms"]``) and the output image's (h, w) ``final``. A transform without
+    geometry here (not in :data:`GEOMETRIC` or :data:`COLOUR`) is a ConfigError naming it. A padding
+    ``CenterCrop`` moves the points as the constant border does (a reflecting border adds mirrored boxes,
+    which no shape follows)."""
     pts = np.asarray(points, dtype=np.float64).reshape(-1, 2).copy()
     for (name, p), (oh, ow) in zip(applied, _out_shapes(applied, final)):
         h, w = (int(v) for v in p["shape"][:2])
@@ -50,17 +54,18 @@ def replay_points(points: np.ndarray, applied: Sequence[tuple[str, dict[str, Any
         elif name == "Affine":
             m = np.asarray(p["bbox_matrix"], dtype=np.float64)
             pts = pts @ m[:2, :2].T + m[:2, 2]
-        elif name == "CenterCrop":
-            if p.get("pad_params"):
-                raise NotImplementedError("replay_points: CenterCrop with padding (a crop larger than the image)")
+        elif name == "CenterCrop":  # a crop larger than the image pads it first (pad_if_needed): a shift either way
+            pad = p.get("pad_params") or {}
             x0, y0 = p["crop_coords"][:2]
-            pts -= (x0, y0)
+            pts += (pad.get("pad_left", 0) - x0, pad.get("pad_top", 0) - y0)
         elif name == "HorizontalFlip":
             pts[:, 0] = w - pts[:, 0]
         elif name == "VerticalFlip":
             pts[:, 1] = h - pts[:, 1]
         elif name not in COLOUR:
-            raise NotImplementedError(f"replay_points: no geometry for {name}; add it beside the others")
+            raise ConfigError(f"transform {name}: instance shapes (masks, keypoints, oriented boxes) cannot follow it; "
+                              f"a pipeline with them takes only {', '.join(sorted(GEOMETRIC))} and the colour-only "
+                              f"{', '.join(sorted(COLOUR))}")
     return pts.astype(np.float32)
 
 

@@ -1,5 +1,5 @@
 """Searches over attention blocks, insertion sites, model scales and the learning rate on Optuna: a
-multi-objective study (the task's headline metric up, GFLOPs down) with pruning, on a SQLite file, a
+multi-objective study (the task's primary metric up, GFLOPs down) with pruning, on a SQLite file, a
 database server or a journal file that any number of workers share, ending in a Pareto front
 (docs/ablation.md, "Search"). The names resolve on first use (PEP 562), so that the study machinery
 (:mod:`vision_attn.search.study`) loads without torch."""

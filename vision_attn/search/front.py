@@ -1,4 +1,4 @@
-"""A search's result: the Pareto front of its finished trials (the headline metric against GFLOPs, Optuna's
+"""A search's result: the Pareto front of its finished trials (the task's primary metric against GFLOPs, Optuna's
 ``best_trials``), each with its parameters, latency at batch 1 on this machine and run folder; written as
 ``front.json`` (every number, and every trial), ``front.csv``, ``front.md`` and ``front.png`` (all finished
 trials, the front joined), each atomically.

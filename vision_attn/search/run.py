@@ -49,9 +49,7 @@ def run_search(config: str, space: str | os.PathLike, *, trials: int, out: str |
         raise ConfigError(f"--epochs {epochs}: give at least 1")
     out = Path(out).absolute()  # the run folders recorded in the study: any worker finds them
     path, task, cfg = read_config(config)
-    headline = get_task(task).headline
-    if not headline:
-        raise ConfigError(f"--config {config}: the {task} task names no metric to search for (Task.headline)")
+    primary = get_task(task).primary  # the objective: the task's primary metric (Task.primary)
     space_ = read_space(space, config)
     if storage is not None:  # checked before anything is written
         store = open_storage(storage, out, heartbeat)
@@ -61,7 +59,7 @@ def run_search(config: str, space: str | os.PathLike, *, trials: int, out: str |
     max_epochs = epochs or int((cfg.get("trainer") or {}).get("max_epochs") or 1)
     identity = {"task": task, "config_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                 "space": space_.to_json(), "seed": seed, "epochs": epochs, "extra": list(extra),
-                "metric": headline[0][0]}  # not --trials: a study is extended by a larger one
+                "metric": primary.key}  # not --trials: a study is extended by a larger one
     name = study or f"search_{path.stem}"
     handle: StudyHandle = open_study(store, name, identity, trials=trials, sampler=sampler, pruner=pruner,
                                      max_epochs=max_epochs)
@@ -69,11 +67,11 @@ def run_search(config: str, space: str | os.PathLike, *, trials: int, out: str |
                                      "config": str(path), **identity})
     setup = SearchSetup(path, task, cfg, space_, out, seed=seed, epochs=epochs, extra=list(extra), echo=echo)
     echo(f"search {name}: {trials} trials of {space_.size() or 'a continuous'} configurations; "
-         f"maximising {headline[0][1]}, minimising GFLOPs; runs in {out / 'runs'}")
+         f"maximising {primary.label}, minimising GFLOPs; runs in {out / 'runs'}")
     ran = run_worker(handle, objective(setup), echo=echo)
     if not handle.study.best_trials:
         return SearchResult(handle.study, None, {}, ran)
-    front = build_front(handle.study, headline[0], latency=latency)
+    front = build_front(handle.study, setup.metric, latency=latency)
     result = SearchResult(handle.study, front, write_front(front, handle.study, out), ran)
     if reseed:
         result.reseeded = [files for _, files in reseed_front(front, setup, seeds=reseed, jobs=jobs,

@@ -1,4 +1,4 @@
-"""The Optuna study of a search: storage, the multi-objective study (the task's headline metric up,
+"""The Optuna study of a search: storage, the multi-objective study (the task's primary metric up,
 GFLOPs down), its pruning side study, and the worker loop that any number of processes run on it.
 
 Storage: ``None`` is a SQLite file ``study.db`` in the output folder; a URL (``sqlite:///...``,

@@ -1,6 +1,6 @@
 """One trial of a search: an ordinary run folder trained by the same code as ``vision-attn train``
 (:func:`vision_attn.tasks.registry.train`, in this process), its per-epoch validation reported to the pruning
-side study, and its two objectives: the task's headline metric and the GFLOPs vision_attn's own counter finds
+side study, and its two objectives: the task's primary metric and the GFLOPs vision_attn's own counter finds
 in the trained network (:func:`vision_attn.analysis.compare.compare`).
 
 The run folder is ``OUT/runs/tNNNN`` by the trial's original number: a retry of a trial whose worker died
@@ -48,8 +48,9 @@ class SearchSetup:
 
     @property
     def metric(self) -> tuple[str, str]:
-        """The metrics.json key the search maximises and its label (the task's first headline metric)."""
-        return get_task(self.task).headline[0]
+        """The metrics.json key the search maximises and its label (the task's primary metric)."""
+        primary = get_task(self.task).primary
+        return primary.key, primary.label
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
@@ -115,7 +116,7 @@ def _arguments(setup: SearchSetup, params: dict[str, Any], folder: Path) -> list
 
 
 def train_trial(setup: SearchSetup) -> Callable[[optuna.Trial, StudyHandle], tuple[float, float]]:
-    """The objective of a search: train the trial's configuration, return (headline metric, GFLOPs)."""
+    """The objective of a search: train the trial's configuration, return (primary metric, GFLOPs)."""
 
     def objective(trial: optuna.Trial, handle: StudyHandle) -> tuple[float, float]:
         params = suggest(trial, setup.space)
@@ -127,7 +128,7 @@ def train_trial(setup: SearchSetup) -> Callable[[optuna.Trial, StudyHandle], tup
             warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used.*")
             side = handle.pruning.ask()
         side.set_user_attr("trial", trial.number)
-        reporter = PruningReporter(side, get_task(setup.task).monitor)
+        reporter = PruningReporter(side, get_task(setup.task).primary.logged)
         status = run_state(spec)
         label = ", ".join(f"{k}={v}" for k, v in params.items())
         retry = f" (retry of trial {number})" if number != trial.number else ""

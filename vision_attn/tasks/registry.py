@@ -4,7 +4,7 @@
 take a task by name: :func:`train` (``vision-attn train TASK``), :func:`parse_train_config`,
 :func:`dump_config`, :func:`build_train_parser`, and :func:`load_run`, the one loader of a trained run
 that ``eval``, ``predict``, ``flops``, ``compare`` and ``export`` share: it reads the task and the model
-description from the checkpoint.
+description from the checkpoint (:func:`task_of_run`: the task alone).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from vision_attn.tasks.runs import Run, read_run_checkpoint, task_of, task_of_ya
 from vision_attn.tasks.task import Echo, Task
 
 __all__ = ["TASKS", "get_task", "register_task", "train", "parse_train_config", "dump_config", "build_train_parser",
-           "load_run", "task_of_config", "task_of_export_kind", "task_of_network"]
+           "load_run", "task_of_run", "task_of_config", "task_of_export_kind", "task_of_network"]
 
 TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFY, DETECT, SEGMENT, POSE, OBB_TASK)}
 
@@ -110,16 +110,28 @@ def dump_config(cfg, *, run_flags: bool = True, task: str | Task = "cls") -> str
     return _config.dump_config(cfg, get_task(task), run_flags=run_flags)
 
 
+def _recorded_task(ckpt: Any, file: Path) -> str:
+    found = task_of(ckpt)
+    if found is None:
+        raise CheckpointError(f"{file}: a checkpoint without a model name in its hyper-parameters (not a vision_attn "
+                              "run); for plain weights use create_model(name, pretrained=PATH)")
+    return found
+
+
+def task_of_run(path: str | os.PathLike) -> Task:
+    """The registered task of the trained run at ``path`` (a run folder, or its checkpoint), as its checkpoint
+    records it; nothing is built."""
+    ckpt, file = read_run_checkpoint(path)
+    return get_task(_recorded_task(ckpt, file))
+
+
 def load_run(path: str | os.PathLike, *, task: str | None = None, device: str | torch.device = "cpu",
              weights: bool = True) -> Run:
     """The trained run at ``path`` (a run folder, or its ``best.ckpt``/``last.ckpt``): the task's network
     rebuilt from the checkpoint's model description on ``device``, with the run's weights (EMA when
     kept) unless ``weights`` is False. ``task``: the task the caller expects (an error names the other)."""
     ckpt, file = read_run_checkpoint(path)
-    found = task_of(ckpt)
-    if found is None:
-        raise CheckpointError(f"{file}: a checkpoint without a model name in its hyper-parameters (not a vision_attn "
-                              "run); for plain weights use create_model(name, pretrained=PATH)")
+    found = _recorded_task(ckpt, file)
     if task is not None and found != task:
         raise CheckpointError(f"{file}: the checkpoint of a {found} run, not of a {task} run; use `vision-attn eval "
                               f"{found}` / `predict {found}`")

@@ -84,7 +84,7 @@ def _quiet_lightning() -> None:
 def _callbacks(run: RunFolder, progress_bar: bool, task: Task, checkpoint: Mapping[str, Any]) -> list:
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 
-    best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.monitor, mode="max", save_top_k=1,
+    best = ModelCheckpoint(dirpath=run.path, filename="best", monitor=task.primary.logged, mode="max", save_top_k=1,
                            auto_insert_metric_name=False, enable_version_counter=False)
     # ResumeState first: at a resumed run's first batch it restores the state the Checkpointer saves
     stop = StopRequest(grace_s=checkpoint.get("stop_grace_s", STOP_GRACE_S))
@@ -284,12 +284,13 @@ def _train(cfg, say: Echo, start: float, task: Task, extra_callbacks: list[Any])
         measured.update(trainer.callback_metrics)
         if not run.best.is_file():
             trainer.save_checkpoint(run.best)
-            final_best = metric_value(measured, task.monitor)  # best.ckpt holds these weights
+            final_best = metric_value(measured, task.primary.logged)  # best.ckpt holds these weights
     fit_seconds = time.perf_counter() - fit_start
     if not trainer.is_global_zero:
         return TrainResult(run.path, {})
     metrics = _finish(run, trainer, module, datamodule, cfg, task,
-                      run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None),
+                      run_metrics(run, trainer, cfg, start, fit_seconds, ckpt_path, ema=cfg.model.ema_decay is not None,
+                                  task=task.name),
                       measured, final_best)
     say(f"{task.summary(metrics)} after {metrics['epochs']} epoch(s), {metrics['wall_time_s']:.0f} s; "
         f"run folder: {run.path}")
@@ -362,9 +363,11 @@ def save_final_weights(run: RunFolder, trainer, module) -> None:
 
 
 def run_metrics(run: RunFolder, trainer, cfg, start: float, fit_seconds: float, ckpt_path: str | None,
-                ema: bool) -> dict[str, Any]:
-    """The entries of ``metrics.json`` every task writes (epochs, steps, times, devices, files)."""
+                ema: bool, task: str) -> dict[str, Any]:
+    """The entries of ``metrics.json`` every task writes (the task's name, epochs, steps, times, devices,
+    files): ``task`` tells ``compare`` and the reports which record's primary metric ranks the run."""
     return {
+        "task": task,
         "epochs": int(trainer.current_epoch),
         "max_epochs": trainer.max_epochs,
         "global_step": int(trainer.global_step),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Task", "Echo", "Options", "Listing", "Explain", "ExplainTarget"]
+__all__ = ["Task", "Metric", "Echo", "Options", "Listing", "Explain", "ExplainTarget"]
 
 Echo = Callable[[str], None]
 
@@ -74,6 +74,18 @@ class Explain:
 
 
 @dataclass(frozen=True)
+class Metric:
+    """A task's primary metric, the one its runs are ranked by: ``key`` in ``metrics.json`` (a fraction in
+    [0, 1], higher is better), ``logged``: the name the module logs it under at each validation
+    (``best.ckpt`` keeps the weights that maximise it), ``label``: how it is printed (``keypoint
+    mAP@.5:.95``)."""
+
+    key: str
+    logged: str
+    label: str
+
+
+@dataclass(frozen=True)
 class Task:
     """One task.
 
@@ -82,7 +94,9 @@ class Task:
     ``module`` / ``datamodule``: the Lightning classes whose arguments are the ``model`` / ``data``
     sections; ``filled``: ``model`` arguments the data set fills in; ``paths``: dotted config keys that
     name files, with the kinds of shipped config they may name (see :func:`vision_attn.io.resources.resolve_path`);
-    ``monitor``: the validation metric ``best.ckpt`` maximises; ``build(cfg, say) -> (module, datamodule)``;
+    ``primary``: the :class:`Metric` its runs are ranked by (``compare``, ``ablate``'s plot, ``search``'s
+    objective, the report) and ``best.ckpt`` maximises (its ``logged`` name: the checkpoint's monitor);
+    ``build(cfg, say) -> (module, datamodule)``;
     ``shadow(module, cfg) -> (network, label)`` rebuilds the trained network's architecture (the
     runner builds it on the meta device to count its FLOPs); ``panels``: the curves ``plot_curves``
     draws; ``report(run, callback_metrics, module, datamodule, cfg, *, flops, best, common) -> metrics``
@@ -100,8 +114,9 @@ class Task:
     detections.json``); ``export_kind``: what an export of a run returns (an ``export.outputs`` kind:
     ``classifier`` one (B, N) tensor, ``detector``, ``segmenter``); ``insertion``: where ``ablate``
     inserts attention (``yaml``: rows of the detector YAML ``model.yaml``; ``model``: ``model.attention``
-    of ``create_model``); ``headline``: the ``metrics.json`` keys (fractions) ``ablate`` reports, with
-    their labels, the first plotted; ``explain``: what ``vision-attn explain`` asks (an :class:`Explain`).
+    of ``create_model``); ``headline``: the ``metrics.json`` keys (fractions) ``ablate`` reports beside
+    the primary metric, with their labels (``reported``: the primary first, then these); ``explain``: what
+    ``vision-attn explain`` asks (an :class:`Explain`).
     """
 
     name: str
@@ -109,7 +124,7 @@ class Task:
     module: type
     datamodule: type
     filled: frozenset[str]
-    monitor: str
+    primary: Metric
     build: Callable[[Any, Echo], tuple[Any, Any]]
     shadow: Callable[[Any, Any], tuple[Any, str]]
     panels: Any
@@ -128,3 +143,10 @@ class Task:
     insertion: str | None = None
     headline: tuple[tuple[str, str], ...] = ()
     explain: Explain | None = None
+
+    @property
+    def reported(self) -> tuple[tuple[str, str], ...]:
+        """The ``metrics.json`` keys (fractions) a comparison of runs reports, with their labels: the primary
+        metric first, then the ``headline`` ones."""
+        first = (self.primary.key, self.primary.label)
+        return (first, *(m for m in self.headline if m[0] != first[0]))

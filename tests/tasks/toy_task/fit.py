@@ -9,7 +9,7 @@ from tests.tasks.toy_task.data import ToyDataModule
 from tests.tasks.toy_task.module import ToyModule, toy_network
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.runner import metric_value
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 
 def _build(cfg, say: Echo) -> tuple[Any, Any]:
@@ -25,7 +25,8 @@ def _report(run, cm, module, datamodule, cfg, *, flops, best, common) -> dict[st
 
 TOY = Task(
     name="toy", title="Regress the mean colour of generated images (a task defined in tests/).",
-    module=ToyModule, datamodule=ToyDataModule, filled=frozenset(), monitor="val/score",
+    module=ToyModule, datamodule=ToyDataModule, filled=frozenset(),
+    primary=Metric("val_score", "val/score", "1 - MAE"),
     build=_build, shadow=lambda module, cfg: (toy_network(module.hparams.width), "toy"),
     panels=(("loss.png", ("train/loss_epoch", "val/loss"), "loss"),), report=_report,
     summary=lambda m: f"val score (1 - MAE): {m['val_score']:.3f}", load=toy_run.load_toy_run,

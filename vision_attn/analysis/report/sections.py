@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from vision_attn.analysis.compare import compare, compare_figure
+from vision_attn.analysis.compare import compare, compare_figure, recorded_gmacs
 from vision_attn.analysis.report.embed import figure_uri, image_uri
 from vision_attn.analysis.report.page import figure, section, table
 from vision_attn.analysis.report.sources import AblationSource, RunSource
@@ -27,12 +27,6 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _gmacs(metrics: dict[str, Any]) -> float | None:
-    if isinstance(metrics.get("gmacs"), (int, float)):
-        return float(metrics["gmacs"])
-    return float(metrics["gflops"]) / 2 if isinstance(metrics.get("gflops"), (int, float)) else None
-
-
 def metrics_section(runs: Sequence[RunSource]) -> str:
     """One row per run: model, parameters, GMACs, image size, epochs, training time and every validation
     figure its metrics.json has (``val_*``, ``best_val_*``)."""
@@ -44,7 +38,7 @@ def metrics_section(runs: Sequence[RunSource]) -> str:
     rows = []
     for r in runs:
         m = r.metrics
-        gmacs = _gmacs(m)
+        gmacs = recorded_gmacs(m)
         rows.append([r.name if r.name == m.get("name") else f"{r.name} ({m.get('name', '')})", m.get("model", ""),
                      f"{m['params']:,}" if isinstance(m.get("params"), int) else "",
                      "" if gmacs is None else f"{gmacs:.4g}", m.get("img_size", ""), m.get("epochs", ""),

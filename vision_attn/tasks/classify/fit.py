@@ -21,7 +21,7 @@ from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.classify.explain import CLASSIFY_EXPLAIN
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 __all__ = ["train_classifier", "CLASSIFY"]
 
@@ -125,7 +125,8 @@ def _pct(x: float | None) -> str:
 CLASSIFY = Task(
     name="cls", title="Train an image classifier on ImageNet-style folders (train/CLASS/*.jpg, val/CLASS/*.jpg).",
     module=ClassificationModule, datamodule=ClassificationDataModule,
-    filled=frozenset({"num_classes", "img_size", "class_names"}), monitor="val/top1",
+    filled=frozenset({"num_classes", "img_size", "class_names"}),
+    primary=Metric("val_top1", "val/top1", "top-1"),
     build=_build_classification, shadow=_shadow, panels=CLASSIFICATION_PANELS, report=_report,
     load=load_classifier_run,
     summary=lambda m: f"val top-1: {_pct(m['val_top1'])}, top-5: {_pct(m['val_top5'])}",

@@ -20,7 +20,7 @@ from vision_attn.tasks.detect.run import load_detector_run
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 __all__ = ["train_detector", "build_detection", "detection_shadow", "detection_report", "DETECT"]
 
@@ -95,7 +95,8 @@ def _pct(x: float | None) -> str:
 DETECT = Task(
     name="det", title="Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes).",
     module=DetectionModule, datamodule=DetectionDataModule, filled=frozenset({"num_classes", "class_names"}),
-    monitor="val/mAP50-95", build=build_detection, shadow=detection_shadow, panels=DETECTION_PANELS, report=detection_report,
+    primary=Metric("val_map", "val/mAP50-95", "mAP@.5:.95"),
+    build=build_detection, shadow=detection_shadow, panels=DETECTION_PANELS, report=detection_report,
     load=load_detector_run, lr_monitor=False,
     summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
     paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},

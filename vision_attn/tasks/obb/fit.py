@@ -17,7 +17,7 @@ from vision_attn.tasks.obb.module import OBBModule
 from vision_attn.tasks.obb.plots import OBB_PANELS
 from vision_attn.tasks.obb.run import load_obb_run
 from vision_attn.tasks.runner import TrainResult, run_training
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 __all__ = ["train_obb", "OBB_TASK"]
 
@@ -40,7 +40,8 @@ OBB_TASK = Task(
     name="obb", title="Train a YOLO-style oriented-box (OBB) model from an -obb YAML on YOLO oriented-box labels "
                       "(class x1 y1 ... x4 y4; or demo:digit-obb).",
     module=OBBModule, datamodule=OBBDataModule, filled=frozenset({"num_classes", "class_names"}),
-    monitor="val/mAP50-95", build=_build, shadow=detection_shadow, panels=OBB_PANELS, report=detection_report,
+    primary=Metric("val_map", "val/mAP50-95", "rotated-box mAP@.5:.95"),
+    build=_build, shadow=detection_shadow, panels=OBB_PANELS, report=detection_report,
     load=load_obb_run, lr_monitor=False,
     summary=lambda m: f"val rotated-box mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
     paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},

@@ -19,7 +19,7 @@ from vision_attn.tasks.pose.plots import POSE_PANELS
 from vision_attn.tasks.pose.run import load_pose_run
 from vision_attn.tasks.run_folder import RunFolder
 from vision_attn.tasks.runner import TrainResult, metric_value, run_training
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 __all__ = ["train_pose", "POSE"]
 
@@ -54,7 +54,8 @@ POSE = Task(
     name="pose", title="Train a YOLO-style keypoint (pose) model from a -pose YAML on YOLO keypoint labels or COCO "
                        "keypoints (or demo:digit-keypoints).",
     module=PoseModule, datamodule=PoseDataModule, filled=frozenset({"num_classes", "class_names", "keypoints"}),
-    monitor="val/pose_mAP50-95", build=_build, shadow=detection_shadow, panels=POSE_PANELS, report=_report,
+    primary=Metric("val_pose_map", "val/pose_mAP50-95", "keypoint mAP@.5:.95"),
+    build=_build, shadow=detection_shadow, panels=POSE_PANELS, report=_report,
     load=load_pose_run, lr_monitor=False,
     summary=lambda m: (f"val box mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}; keypoint "
                        f"mAP@.5: {_pct(m['val_pose_map50'])}, mAP@[.5:.95]: {_pct(m['val_pose_map'])}"),

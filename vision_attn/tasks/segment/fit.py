@@ -19,7 +19,7 @@ from vision_attn.tasks.detect.run import detection_calls, detections_cell
 from vision_attn.tasks.segment import run as run_api
 from vision_attn.tasks.segment.run import load_segmenter_run
 from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
-from vision_attn.tasks.task import Echo, Task
+from vision_attn.tasks.task import Echo, Metric, Task
 
 __all__ = ["train_segmenter", "SEGMENT"]
 
@@ -54,7 +54,8 @@ SEGMENT = Task(
     name="seg", title="Train a YOLO-style instance-segmentation model from a -seg YAML on COCO json (segmentation) "
                       "or YOLO polygon data (or demo:digit-masks).",
     module=SegmentationModule, datamodule=SegmentationDataModule, filled=frozenset({"num_classes", "class_names"}),
-    monitor="val/mask_mAP50-95", build=_build, shadow=detection_shadow, panels=SEGMENTATION_PANELS, report=_report,
+    primary=Metric("val_mask_map", "val/mask_mAP50-95", "mask mAP@.5:.95"),
+    build=_build, shadow=detection_shadow, panels=SEGMENTATION_PANELS, report=_report,
     load=load_segmenter_run, lr_monitor=False,
     summary=lambda m: (f"val box mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}; mask mAP@.5: "
                        f"{_pct(m['val_mask_map50'])}, mAP@[.5:.95]: {_pct(m['val_mask_map'])}"),
