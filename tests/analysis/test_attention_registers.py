@@ -111,7 +111,10 @@ def test_figure_draws_the_shares_apart():
     panel = [ax for ax in fig.axes if ax.get_title() == SHARES_TITLE.format(query="class token")]
     assert len(panel) == 1 and len(fig.axes) == 1 + 2 + 1  # the input, two maps, the shares
     assert [t.get_text() for t in panel[0].get_legend().get_texts()] == ["class"] + REGISTERS + ["patches"]
-    assert [t.get_text() for t in panel[0].get_yticklabels()] == list(maps.shares.rows)
+    # a bar for each map drawn (evenly spaced: the first and the last) and for each layer
+    assert [t.get_text() for t in panel[0].get_yticklabels()] == ["rollout", "last layer, head 2", "layer 0", "layer 1"]
+    assert [round(p.get_width(), 6) for p in panel[0].patches[:4]] == [
+        round(float(maps.shares.rows[n][0]), 6) for n in ("rollout", "last layer, head 2", "layer 0", "layer 1")]
 
 
 def test_cli_writes_register_shares_in_its_json(tmp_path, capsys):

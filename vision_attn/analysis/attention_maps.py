@@ -296,12 +296,22 @@ SHARES_TITLE = "{query}'s attention, each prefix token apart from the patch grid
 """The title of the shares panel (:func:`maps_figure`)."""
 
 
-def _shares_panel(ax: Any, shares: TokenShares) -> None:
-    """One stacked horizontal bar per row of ``shares``: each prefix token's share, then the patches'
-    (grey), the values written on the segments of 0.06 or more; the legend names the columns."""
+def _evenly(items: list, n: int) -> list:
+    """At most ``n`` of ``items``, evenly spaced, first and last included (shallow to deep)."""
+    if len(items) <= n:
+        return items
+    return [items[round(i * (len(items) - 1) / max(n - 1, 1))] for i in range(n)]
+
+
+SHARES_LAYER_ROWS = 12
+"""The shares panel draws at most this many of the per-layer rows (evenly spaced); the JSON has them all."""
+
+
+def _shares_panel(ax: Any, shares: TokenShares, names: list[str]) -> None:
+    """One stacked horizontal bar per row ``names`` of ``shares``: each prefix token's share, then the
+    patches' (grey), the values written on the segments of 0.06 or more; the legend names the columns."""
     from matplotlib import colormaps
 
-    names = list(shares.rows)
     values = np.stack([shares.rows[n].numpy() for n in names])  # (rows, columns)
     registers = sum(t.startswith("register") for t in shares.tokens)
     fixed = {"class": "tab:blue", "distillation": "tab:purple", "patches": "0.75"}
@@ -330,18 +340,21 @@ def maps_figure(image: np.ndarray, maps: AttentionMaps, title: str = "", max_pan
     """The image and up to ``max_panels`` maps (evenly spaced when there are more), each upsampled
     (bilinear), scaled to [0, 1] and overlaid; panel titles wrapped (:data:`PANEL_TITLE_CHARS`) and
     the layout constrained, so no two titles overlap. A ViT with prefix tokens (class, distillation,
-    registers) gets a panel below, across the figure: every row of ``maps.shares`` as a stacked bar."""
+    registers) gets a panel below, across the figure: the rows of ``maps.shares`` of the maps drawn and of
+    up to :data:`SHARES_LAYER_ROWS` layers, each a stacked bar."""
     from matplotlib.figure import Figure
 
-    items = list(maps.maps.items())
-    if len(items) > max_panels:  # evenly spaced, first and last included: shallow to deep
-        items = [items[round(i * (len(items) - 1) / max(max_panels - 1, 1))] for i in range(max_panels)]
+    items = _evenly(list(maps.maps.items()), max_panels)
     titles = [_wrap_title(name) for name, _ in items]
     lines = max([t.count("\n") + 1 for t in titles] + [1])
     shares = maps.shares if maps.shares is not None and maps.shares.tokens else None
+    bars: list[str] = []
+    if shares is not None:  # the maps drawn, then the layers' rows
+        bars = [name for name, _ in items if name in shares.rows]
+        bars += _evenly([name for name in shares.rows if name not in maps.maps], SHARES_LAYER_ROWS)
     cols = max(min(len(items) + 1, 5), 2 if shares else 1)
     rows = -(-(len(items) + 1) // cols)
-    heights = [2.4 + 0.16 * lines] * rows + ([0.7 + 0.2 * len(shares.rows)] if shares else [])
+    heights = [2.4 + 0.16 * lines] * rows + ([0.7 + 0.2 * len(bars)] if shares else [])
     fig = Figure(figsize=(2.4 * cols, sum(heights) + (0.3 if title else 0.0)), layout="constrained")
     grid = fig.add_gridspec(len(heights), cols, height_ratios=heights)
     ax = fig.add_subplot(grid[0, 0])
@@ -358,7 +371,7 @@ def maps_figure(image: np.ndarray, maps: AttentionMaps, title: str = "", max_pan
         ax.set_title(text, fontsize=8)
         ax.axis("off")
     if shares is not None:
-        _shares_panel(fig.add_subplot(grid[rows, :]), shares)
+        _shares_panel(fig.add_subplot(grid[rows, :]), shares, bars)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
