@@ -3,7 +3,11 @@
 - ViT/DeiT: attention rollout (Abnar & Zuidema, 2020): per layer the heads' mean attention plus the
   identity for the residual path, rows renormalised, multiplied from the first layer to the last;
   the class token's row over the patches is the map. Also the last layer's class-token attention
-  per head. Weights come from :func:`vision_attn.layers.record_attention`.
+  per head. Weights come from :func:`vision_attn.layers.record_attention`. The prefix tokens (the
+  class token, DeiT's distillation token, the registers of DINOv2 ``*_reg4`` and DINOv3) are never
+  folded into the grid: their shares of the same rows are kept apart, token by token
+  (:class:`TokenShares`), beside the patch grid's total; a model without a class token is read from
+  the mean of its patch tokens' rows.
 - Swin: for the first (unshifted) block of each stage, the attention each token receives inside its
   window (mean over heads and queries), put back in place on the stage's feature map; each window's
   values sum to 1.
@@ -39,19 +43,52 @@ from vision_attn.models.yolo.psa import Attention as PSAAttention
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "cbam_maps", "prepare_image", "render_maps", "maps_figure",
-           "swin_window_maps", "vit_maps", "detector_maps"]
+__all__ = ["AttentionMaps", "TokenShares", "attention_maps", "attention_rollout", "cbam_maps", "prefix_tokens",
+           "prepare_image", "render_maps", "maps_figure", "swin_window_maps", "vit_maps", "detector_maps"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass
+class TokenShares:
+    """Where a ViT's ``query`` (the class token, or the mean of the patch tokens' rows without one) puts its
+    attention: on each prefix token of ``tokens`` apart (``class``, ``distillation``, ``register i``, in
+    sequence order) and on the patch grid as a whole. ``rows`` maps a row's name to its shares
+    (len(columns),) in the order of :attr:`columns`, summing to 1: ``rollout`` and ``last layer, head h``
+    (the rows whose patch part the maps of the same names show) and ``layer i`` (that layer's mean over
+    heads)."""
+
+    query: str
+    tokens: list[str]
+    rows: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        """The prefix tokens, then ``patches`` (the grid's total)."""
+        return [*self.tokens, "patches"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "columns": self.columns,
+                "rows": {name: [float(v) for v in row] for name, row in self.rows.items()}}
+
+
+@dataclass
 class AttentionMaps:
-    """``kind`` (``"vit"``, ``"swin"``, ``"cbam"`` or ``"yolo"``) and named 2-D maps (h, w), in display order."""
+    """``kind`` (``"vit"``, ``"swin"``, ``"cbam"`` or ``"yolo"``) and named 2-D maps (h, w), in display order;
+    for a ViT, ``shares``: the same attention split between the prefix tokens and the patch grid."""
 
     kind: str
     maps: dict[str, torch.Tensor] = field(default_factory=dict)
+    shares: TokenShares | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The maps (shape and values, row by row) and the shares, as JSON data."""
+        out: dict[str, Any] = {"kind": self.kind, "maps": {
+            name: {"shape": list(m.shape), "values": m.float().tolist()} for name, m in self.maps.items()}}
+        if self.shares is not None:
+            out["shares"] = self.shares.to_dict()
+        return out
 
 
 def attention_rollout(weights: Sequence[torch.Tensor], residual: bool = True) -> torch.Tensor:
@@ -80,18 +117,43 @@ def _grid(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     return -(-x.shape[-2] // ph), -(-x.shape[-1] // pw)
 
 
+def prefix_tokens(model: nn.Module) -> list[str]:
+    """The names of a ViT's tokens before the patches, in sequence order: ``class``, ``distillation``
+    (DeiT), ``register 0`` ... (``prefix i`` where the model's attributes do not tell them apart)."""
+    n = int(getattr(model, "num_prefix_tokens", 1))
+    names = [label for label, attr in (("class", "cls_token"), ("distillation", "dist_token"))
+             if getattr(model, attr, None) is not None]
+    registers = getattr(model, "reg_token", None)
+    names += [f"register {i}" for i in range(0 if registers is None else registers.shape[1])]
+    return names if len(names) == n else [f"prefix {i}" for i in range(n)]
+
+
 def vit_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
-    """Rollout and the last layer's class-token attention per head of a ViT/DeiT on images (1, C, H, W)."""
+    """Rollout and the last layer's class-token attention per head of a ViT/DeiT on images (1, C, H, W), and
+    the shares of those rows (and of each layer's mean over heads) on every prefix token (:class:`TokenShares`)."""
     model.eval()
     with torch.inference_mode(), record_attention(model) as weights:
         model(x)
-    prefix = int(getattr(model, "num_prefix_tokens", 1))
+    tokens = prefix_tokens(model)
+    prefix, has_class = len(tokens), tokens[:1] == ["class"]
     gh, gw = _grid(model, x)
-    rollout = attention_rollout(weights)[0, 0, prefix:]  # class token's row over the patches
-    out = AttentionMaps("vit", {"rollout": rollout.reshape(gh, gw)})
-    last = weights[-1][0, :, 0, prefix:].float()  # (heads, patches)
+
+    def query(a: torch.Tensor) -> torch.Tensor:  # (..., N, N) -> the query's row (..., N)
+        return a[..., 0, :] if has_class else a[..., prefix:, :].mean(dim=-2)
+
+    def split(row: torch.Tensor) -> torch.Tensor:  # (N,) -> each prefix token, then the patches' total
+        return torch.cat([row[:prefix], row[prefix:].sum(dim=0, keepdim=True)])
+
+    rollout = query(attention_rollout(weights)[0])  # (N,)
+    last = query(weights[-1][0].float())  # (heads, N)
+    out = AttentionMaps("vit", {"rollout": rollout[prefix:].reshape(gh, gw)},
+                        TokenShares("class token" if has_class else "mean of the patch tokens", tokens))
+    out.shares.rows["rollout"] = split(rollout)
     for h in range(last.shape[0]):
-        out.maps[f"last layer, head {h}"] = last[h].reshape(gh, gw)
+        out.maps[f"last layer, head {h}"] = last[h, prefix:].reshape(gh, gw)
+        out.shares.rows[f"last layer, head {h}"] = split(last[h])
+    for i, w in enumerate(weights):
+        out.shares.rows[f"layer {i}"] = split(query(w[0].float().mean(dim=0)))
     return out
 
 
@@ -230,33 +292,86 @@ def _wrap_title(name: str, width: int = PANEL_TITLE_CHARS) -> str:
     return "\n".join(lines)
 
 
+SHARES_TITLE = "{query}'s attention, each prefix token apart from the patch grid"
+"""The title of the shares panel (:func:`maps_figure`)."""
+
+
+def _evenly(items: list, n: int) -> list:
+    """At most ``n`` of ``items``, evenly spaced, first and last included (shallow to deep)."""
+    if len(items) <= n:
+        return items
+    return [items[round(i * (len(items) - 1) / max(n - 1, 1))] for i in range(n)]
+
+
+SHARES_LAYER_ROWS = 12
+"""The shares panel draws at most this many of the per-layer rows (evenly spaced); the JSON has them all."""
+
+
+def _shares_panel(ax: Any, shares: TokenShares, names: list[str]) -> None:
+    """One stacked horizontal bar per row ``names`` of ``shares``: each prefix token's share, then the
+    patches' (grey), the values written on the segments of 0.06 or more; the legend names the columns."""
+    from matplotlib import colormaps
+
+    values = np.stack([shares.rows[n].numpy() for n in names])  # (rows, columns)
+    registers = sum(t.startswith("register") for t in shares.tokens)
+    fixed = {"class": "tab:blue", "distillation": "tab:purple", "patches": "0.75"}
+    left = np.zeros(len(names))
+    for j, column in enumerate(shares.columns):
+        if column in fixed:
+            colour = fixed[column]
+        elif column.startswith("register"):  # oranges, light to dark
+            colour = colormaps["Oranges"](0.35 + 0.5 * int(column.split()[-1]) / max(registers - 1, 1))
+        else:
+            colour = colormaps["Greens"](0.4 + 0.4 * j / max(len(shares.columns) - 1, 1))
+        ax.barh(np.arange(len(names)), values[:, j], left=left, height=0.8, color=colour, label=column)
+        for i, v in enumerate(values[:, j]):
+            if v >= 0.06:
+                ax.text(left[i] + v / 2, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
+        left += values[:, j]
+    ax.set_yticks(np.arange(len(names)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(SHARES_TITLE.format(query=shares.query), fontsize=8)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+
+
 def maps_figure(image: np.ndarray, maps: AttentionMaps, title: str = "", max_panels: int = 8) -> "Figure":
     """The image and up to ``max_panels`` maps (evenly spaced when there are more), each upsampled
     (bilinear), scaled to [0, 1] and overlaid; panel titles wrapped (:data:`PANEL_TITLE_CHARS`) and
-    the layout constrained, so no two titles overlap."""
+    the layout constrained, so no two titles overlap. A ViT with prefix tokens (class, distillation,
+    registers) gets a panel below, across the figure: the rows of ``maps.shares`` of the maps drawn and of
+    up to :data:`SHARES_LAYER_ROWS` layers, each a stacked bar."""
     from matplotlib.figure import Figure
 
-    items = list(maps.maps.items())
-    if len(items) > max_panels:  # evenly spaced, first and last included: shallow to deep
-        items = [items[round(i * (len(items) - 1) / max(max_panels - 1, 1))] for i in range(max_panels)]
+    items = _evenly(list(maps.maps.items()), max_panels)
     titles = [_wrap_title(name) for name, _ in items]
     lines = max([t.count("\n") + 1 for t in titles] + [1])
-    cols = min(len(items) + 1, 5)
+    shares = maps.shares if maps.shares is not None and maps.shares.tokens else None
+    bars: list[str] = []
+    if shares is not None:  # the maps drawn, then the layers' rows
+        bars = [name for name, _ in items if name in shares.rows]
+        bars += _evenly([name for name in shares.rows if name not in maps.maps], SHARES_LAYER_ROWS)
+    cols = max(min(len(items) + 1, 5), 2 if shares else 1)
     rows = -(-(len(items) + 1) // cols)
-    fig = Figure(figsize=(2.4 * cols, (2.4 + 0.16 * lines) * rows + (0.3 if title else 0.0)), layout="constrained")
-    ax = fig.add_subplot(rows, cols, 1)
+    heights = [2.4 + 0.16 * lines] * rows + ([0.7 + 0.2 * len(bars)] if shares else [])
+    fig = Figure(figsize=(2.4 * cols, sum(heights) + (0.3 if title else 0.0)), layout="constrained")
+    grid = fig.add_gridspec(len(heights), cols, height_ratios=heights)
+    ax = fig.add_subplot(grid[0, 0])
     ax.imshow(image)
     ax.set_title("input", fontsize=8)
     ax.axis("off")
     h, w = image.shape[:2]
-    for i, ((name, m), text) in enumerate(zip(items, titles), start=2):
+    for i, ((name, m), text) in enumerate(zip(items, titles), start=1):
         up = F.interpolate(m[None, None].float(), size=(h, w), mode="bilinear", align_corners=False)[0, 0]
         up = (up - up.min()) / (up.max() - up.min()).clamp_min(1e-12)
-        ax = fig.add_subplot(rows, cols, i)
+        ax = fig.add_subplot(grid[i // cols, i % cols])
         ax.imshow(image)
         ax.imshow(up.numpy(), cmap="jet", alpha=0.5)
         ax.set_title(text, fontsize=8)
         ax.axis("off")
+    if shares is not None:
+        _shares_panel(fig.add_subplot(grid[rows, :]), shares, bars)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

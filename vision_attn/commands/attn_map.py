@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING
 
 from vision_attn.errors import ConfigError, DataError
+from vision_attn.io.atomic import output_folder, write_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,6 +55,8 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
 
     if bool(args.model) == bool(args.checkpoint):
         raise ConfigError("attn-map: give exactly one of --model NAME or --checkpoint CKPT")
+    if args.json:
+        output_folder(args.json, label=f"--json {args.json}")  # before any work: a missing folder is named first
     image = read_image(args.image)
     detector = _detector(args)
     if detector is not None:
@@ -79,12 +82,20 @@ def _cmd_attn_map(args: argparse.Namespace, console: Console) -> int:
     shown, x = prepare_image(image, size if isinstance(size, int) else tuple(size), **kwargs)
     maps = attention_maps(model, x)
     render_maps(shown, maps, args.output, title=label, max_panels=args.max_panels)
+    if args.json:
+        write_json(args.json, {"model": label, "image": args.image, "input_size": list(x.shape[-2:]), **maps.to_dict()})
     what = {"vit": "attention rollout and the last layer's class-token attention per head",
             "swin": "window attention received per token, first block of each stage",
             "cbam": "CBAM spatial attention gates",
             "yolo": "attention received per position, every area-attention and PSA block"}[maps.kind]
     shown_n = min(len(maps.maps), args.max_panels)
-    console.print(f"{what}: {len(maps.maps)} map(s), {shown_n} drawn -> {args.output}", markup=False, soft_wrap=True)
+    written = args.output + (f", {args.json}" if args.json else "")
+    console.print(f"{what}: {len(maps.maps)} map(s), {shown_n} drawn -> {written}", markup=False, soft_wrap=True)
+    if maps.shares is not None and maps.shares.tokens:
+        last = [row for row in maps.shares.rows if row.startswith("layer ")][-1]
+        for row, text in (("rollout", "rollout"), (last, f"{last} (the last, mean of heads)")):
+            parts = ", ".join(f"{c} {v:.3f}" for c, v in zip(maps.shares.columns, maps.shares.rows[row].tolist()))
+            console.print(f"{maps.shares.query}'s attention, {text}: {parts}", markup=False, soft_wrap=True)
     return 0
 
 
@@ -92,7 +103,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = sub.add_parser("attn-map", help="attention maps on an image: ViT rollout, Swin windows, CBAM gates, "
                        "YOLO attention blocks",
                        description="Overlay a model's attention on an image: ViT/DeiT attention rollout and the last "
-                       "layer's class-token attention per head; Swin window attention; CBAM spatial gates.")
+                       "layer's class-token attention per head, with the shares of the class token, registers "
+                       "(DINOv2 *_reg4, DINOv3) and patch grid apart; Swin window attention; CBAM spatial gates.")
     p.add_argument("--model", default=None, help="a registered model name (random weights unless --weights), or a "
                    "detector YAML with attention blocks, e.g. configs/models/yolo12.yaml (random weights)")
     p.add_argument("--scale", default=None, help="--model YAML: the scale letter (default: the file's first)")
@@ -104,4 +116,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--img-size", type=int, default=None, help="input size (default: the model's or the run's)")
     p.add_argument("--max-panels", type=int, default=8, help="at most this many maps (default 8)")
     p.add_argument("-o", "--output", required=True, help="the PNG to write (atomically)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the maps' values and, for a ViT, the shares "
+                   "of the class token's attention on each prefix token (class, registers) and on the patch grid")
     p.set_defaults(func=_cmd_attn_map)

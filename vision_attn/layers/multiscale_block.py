@@ -74,7 +74,8 @@ class MultiScaleBlock(nn.Module):
         if self.window:
             B, H, W, C = x.shape
             win = self.window
-            Hp, Wp = -(-H // win) * win, -(-W // win) * win
+            # (H + win - 1) // win, not -(-H // win): traced into ONNX, integer division truncates towards 0
+            Hp, Wp = (H + win - 1) // win * win, (W + win - 1) // win * win
             x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))
             x = window_partition(x, (win, win)).view(-1, win, win, C)
             x = self.attn(x)  # (B * windows, win', win', dim_out)
