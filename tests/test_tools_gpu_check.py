@@ -55,6 +55,7 @@ def test_step_clock_counts_the_steps_after_start_up_and_the_gaps_before_them():
     assert s["img_per_s"] == pytest.approx(8 / 8.0)  # 2 steps of 4 images from 5 s to 13 s
     assert s["data_wait_share"] == pytest.approx(4 / 8.0)
     assert s["wait_ms"] == pytest.approx(2000.0) and s["step_ms"] == pytest.approx(2000.0)
+    assert s["peak_mib"] is None  # no device memory on the CPU
     with pytest.raises(ValueError, match="skip between 1 and 2"):
         clock.summary(batch=4, skip=3)
     clock.batch_ready(14.0)

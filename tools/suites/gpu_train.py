@@ -26,7 +26,8 @@ ultralytics and timm, the EMA update). The first ``warmup`` steps are start-up a
 the images of the other steps over their time, the data wait the share of that time between one step's end and
 the next batch's readiness (the fetch, and for ours the copy, device augmentation and the EMA update of
 our module's ``on_train_batch_end``). Synchronising each step removes the overlap of the next fetch with the
-device's queue, the same way on both sides. Peak memory: ``torch.cuda.max_memory_allocated`` of the process.
+device's queue, the same way on both sides. Peak memory: ``torch.cuda.max_memory_allocated`` of the side's
+process when its last training step is done (before ultralytics' validation).
 """
 from __future__ import annotations
 
@@ -64,11 +65,13 @@ CANVAS = 160  # demo:digit-boxes' canvases are at most 160 px
 @dataclass
 class StepClock:
     """When each training step's batch was ready and when the step was done (``device``: synchronised first,
-    so that the times are the device's, not the queue's)."""
+    so that the times are the device's, not the queue's), and the peak memory the device had allocated when
+    the last step was done (MiB; None on the CPU)."""
 
     device: str = "cpu"
     ready: list[float] = field(default_factory=list)
     done: list[float] = field(default_factory=list)
+    peak_mib: float | None = None
 
     def _now(self, t: float | None) -> float:
         if t is not None:
@@ -82,6 +85,8 @@ class StepClock:
 
     def step_done(self, t: float | None = None) -> None:
         self.done.append(self._now(t))
+        if self.device == "cuda":
+            self.peak_mib = torch.cuda.max_memory_allocated() / 2**20
 
     def summary(self, batch: int, skip: int) -> dict[str, float]:
         """Images/s and the share of the time spent waiting for data over the steps after the first ``skip``
@@ -96,7 +101,7 @@ class StepClock:
         timed = n - skip
         return {"steps": n, "timed_steps": timed, "img_per_s": batch * timed / window,
                 "data_wait_share": wait / window, "wait_ms": 1e3 * wait / timed,
-                "step_ms": 1e3 * (window - wait) / timed}
+                "step_ms": 1e3 * (window - wait) / timed, "peak_mib": self.peak_mib}
 
 
 def lightning_clock(clock: StepClock) -> Any:
@@ -111,10 +116,6 @@ def lightning_clock(clock: StepClock) -> Any:
             clock.step_done()
 
     return StepTimes()
-
-
-def _peak_mib(device: str) -> float | None:
-    return torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
 
 
 # ------------------------------------------------------------------------------------------- data
@@ -233,8 +234,7 @@ def ours(phase: str, data: str, s: dict[str, Any]) -> dict[str, Any]:
     metrics = train(TASKS[phase], argv, echo=lambda _line: None, callbacks=[lightning_clock(clock)]).metrics
     return {"phase": phase, "side": "ours", "model": OURS[phase],
             "precision": metrics["precision"], "batch": s["batch"], "img_size": s["img_size"],
-            "workers": s["workers"], **clock.summary(s["batch"], s["warmup"]), "peak_mib": _peak_mib(s["device"]),
-            "process_s": time.perf_counter() - start}
+            "workers": s["workers"], **clock.summary(s["batch"], s["warmup"]), "process_s": time.perf_counter() - start}
 
 
 def timm_side(root: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -281,7 +281,7 @@ def timm_side(root: str, s: dict[str, Any]) -> dict[str, Any]:
         clock.step_done()
     return {"phase": "cls", "side": "timm", "model": PEERS["cls"], "precision": "bf16 autocast" if cuda else "fp32",
             "batch": batch, "img_size": size, "workers": s["workers"], **clock.summary(batch, s["warmup"]),
-            "peak_mib": _peak_mib(s["device"]), "process_s": time.perf_counter() - start}
+            "process_s": time.perf_counter() - start}
 
 
 def ultralytics_side(phase: str, data: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -314,8 +314,7 @@ def ultralytics_side(phase: str, data: str, s: dict[str, Any]) -> dict[str, Any]
                 name=f"ultralytics_{phase}", exist_ok=True, seed=0, verbose=False)
     return {"phase": phase, "side": "ultralytics", "model": PEERS[phase],
             "precision": "AMP fp16" if seen.get("amp") else "fp32", "batch": s["batch"], "img_size": s["img_size"],
-            "workers": s["workers"], **clock.summary(s["batch"], s["warmup"]), "peak_mib": _peak_mib(s["device"]),
-            "process_s": time.perf_counter() - start}
+            "workers": s["workers"], **clock.summary(s["batch"], s["warmup"]), "process_s": time.perf_counter() - start}
 
 
 def images_needed(batch: int, warmup: int, steps: int) -> int:
