@@ -1,31 +1,36 @@
-"""GPU check: ours against timm on a CUDA machine, in one short run.
+"""GPU check: every task trained beside its peer, and ours against timm, on a CUDA machine in one short run.
 
-    python tools/bench.py gpu --json DIR/gpu_check.json [--models vit_base_patch16_224,swin_tiny_patch4_window7_224]
-    python tools/bench.py gpu --dry-run --json /tmp/gc/gpu_check.json   # the same steps on the CPU, tiny sizes
+    python tools/bench.py gpu --json DIR/gpu_check.json          # phases cls,det,seg,rtdetr,inference
+    python tools/bench.py gpu --only all                         # and the loader phase
+    python tools/bench.py gpu --only det,seg --det-images 8000   # a subset, other sizes
+    python tools/bench.py gpu --dry-run --only all --json /tmp/gc/gpu_check.json   # the same steps on the CPU, tiny
 
-For each model (default ViT-B/16 and Swin-T, 224 px), with the same random weights in ours and timm's:
-- parity: fp32 logits (TF32 off) and bf16-autocast logits against timm, and the gradients of one fp32
-  training step (relative to timm's largest gradient per tensor);
-- inference at bf16 autocast, eager and torch.compile, ours and timm alternating in one process
-  (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with
-  model FLOP utilisation against a bf16 matrix-multiply peak measured at the start (last);
-and:
-- ``train cls`` (the digits demo, configs/train/classify/demo_digits.yaml) and ``train det`` (YOLOv8n on
-  demo:digit-boxes, configs/train/detect/demo_digit_boxes.yaml) through Lightning on ``accelerator=gpu``
-  for ``--train-steps`` steps each, bf16-mixed, eager and with ``--model.compile``;
-- the loader against the model (first): images/s of the data
-  module's image-folder train loader at 224 px (JPEG photos, reduced-size decoding and the recipes'
-  augmentations in ``--workers`` processes, default: all CPUs; ``data.normalize`` device and loader,
-  each batch copied to the GPU and normalised as the data module does; and ``data.augment: device``:
-  jitter and RandAugment on the GPU) against images/s of AdamW
-  training steps (bf16 autocast) of ViT-S and Swin-T at 224 px, and of
+Phases (``--only``, in this order):
+- ``cls``, ``det``, ``seg``, ``rtdetr``: ``vision-attn train`` through Lightning on ``accelerator=gpu`` in
+  ``bf16-mixed`` beside its peer on the same files and the same GPU (DeiT-S with the DeiT recipe, the image-folder
+  loader and ``data.augment: device`` against timm's loader and train.py step; YOLOv8n, YOLOv8n-seg and
+  rtdetr-s at 640 px on 5,000 generated images against ultralytics' trainers): images/s after the start-up
+  steps, the share of each step spent waiting for data, peak GPU memory (tools/suites/gpu_train.py says how
+  each is taken);
+- ``loader``: images/s of the data module's image-folder train loader at 224 px (JPEG photos, reduced-size
+  decoding and the recipes' augmentations in ``--workers`` processes, default: all CPUs; ``data.normalize``
+  device and loader, each batch copied to the GPU and normalised as the data module does; and
+  ``data.augment: device``: jitter and RandAugment on the GPU) against images/s of AdamW training steps
+  (bf16 autocast) of ViT-S and Swin-T at 224 px on synthetic batches, and of
   :class:`vision_attn.data.device_decode.DeviceDecodeAugment` (the batch's JPEGs decoded by
-  ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there).
+  ``torchvision.io.decode_jpeg`` on the device, crop, flip and normalisation there);
+- ``inference``: for each model (default ViT-B/16 and Swin-T, 224 px), with the same random weights in ours
+  and timm's: parity (fp32 logits (TF32 off) and bf16-autocast logits against timm, and the gradients of one
+  fp32 training step, relative to timm's largest gradient per tensor), then inference at bf16 autocast, eager
+  and torch.compile, ours and timm alternating in one process
+  (:func:`vision_attn.analysis.benchmark.benchmark_models`: CUDA events, median over rounds), with model
+  FLOP utilisation against a bf16 matrix-multiply peak measured before the loader phase.
 Prints Markdown tables and writes the record (``--json``; default: $OUT/gpu_check.json where $OUT is
-set) after every phase, so that a run stopped at a time limit keeps what it measured.
-``--dry-run`` runs every step on the CPU with ViT-Ti instead of ViT-B, batch 1, one round, two
-Lightning steps, a few images, the device decoder on the CPU, and no torch.compile (minutes of
-compiling on a CPU), to check the script itself.
+set) after every phase (and every training side), so that a run stopped at a time limit keeps what it
+measured. ``--dry-run`` runs every step on the CPU: 64 px classification and 160 px detection, batch 4,
+one start-up and two timed training steps a side, 16 generated images; the loader's model step at 64 px;
+inference with ViT-Ti instead of ViT-B, batch 1, one round, no torch.compile (minutes of compiling on a
+CPU); the device decoder on the CPU: to check the script itself.
 """
 from __future__ import annotations
 
@@ -38,8 +43,11 @@ import torch
 import torch.nn.functional as F
 
 import vision_attn
+from tools.suites import gpu_train
 from tools.suites.data import make_photos, normalize_rate
-from tools.suites.harness import ROOT, Param, Suite
+from tools.suites.gpu_train import DATA, images_needed, make_digit_sets, make_photo_folders
+from tools.suites.gpu_train import PHASES as TRAIN_PHASES
+from tools.suites.harness import Param, Suite, in_fresh_process
 
 
 def parity(name: str, img: int, device: str) -> dict[str, float]:
@@ -70,32 +78,6 @@ def parity(name: str, img: int, device: str) -> dict[str, float]:
         ((p.grad - theirs[n].grad).abs().max() / theirs[n].grad.abs().max().clamp_min(1e-12)).item()
         for n, p in ours.named_parameters() if p.grad is not None)
     return out
-
-
-TRAIN_CONFIGS = {"cls": "configs/train/classify/demo_digits.yaml", "det": "configs/train/detect/demo_digit_boxes.yaml"}
-
-
-def lightning_steps(task: str, device: str, steps: int, runs_dir: str, compile: bool = False,
-                    workers: int = 0) -> dict:
-    """``train cls`` / ``train det`` for ``steps`` steps on ``accelerator=gpu`` in bf16-mixed (in a dry
-    run: the CPU, fp32), with or without ``--model.compile``."""
-    from vision_attn.tasks import train_classifier, train_detector
-
-    name = f"gpu_check_{task}{'_compiled' if compile else ''}"
-    argv = ["--config", os.path.join(ROOT, TRAIN_CONFIGS[task]), "--name", name, "--runs_dir", runs_dir,
-            "--overwrite", "true", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
-            "--trainer.devices", "1", "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "2",
-            "--trainer.check_val_every_n_epoch", "1", "--trainer.enable_progress_bar", "false",
-            "--data.num_workers", str(workers), "--data.persistent_workers", str(workers > 0).lower(),
-            "--model.compile", str(compile).lower()]
-    if device == "cuda":
-        argv += ["--trainer.precision", "bf16-mixed", "--threads", "4"]
-    train = train_classifier if task == "cls" else train_detector
-    m = train(argv, echo=lambda _line: None).metrics
-    batch = 32  # both configs' batch size
-    return {"task": task, "compiled": compile, "steps": m["global_step"], "fit_time_s": m["fit_time_s"],
-            "img_per_s": m["global_step"] * batch / m["fit_time_s"], "precision": m["precision"],
-            "gmacs_per_image": m["gmacs"] if "gmacs" in m else m["gflops"] / 2}
 
 
 def loader_against_model(device: str, workers: int, images: int, batch: int, models: list[str],
@@ -145,17 +127,96 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+PHASES = (*TRAIN_PHASES, "loader", "inference")
+
+
+def phases(only: str) -> list[str]:
+    """The phases ``--only`` names (comma-separated; ``all``: every phase), in the suite's order."""
+    names = {n.strip() for n in only.split(",") if n.strip()}
+    if "all" in names:
+        return list(PHASES)
+    unknown = sorted(names - set(PHASES))
+    if unknown or not names:
+        raise SystemExit(f"--only {only!r}: choose among {', '.join(PHASES)} or all (comma-separated)")
+    return [n for n in PHASES if n in names]
+
+
+def training(p, record, device: str, todo: list[str]) -> None:
+    """The training phases: each task through Lightning beside its peer (tools/suites/gpu_train.py), the
+    record saved after each side."""
+    rows = record.results.setdefault("training", [])
+    sizes = record.results["info"]["training_sizes"] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        settings = {"device": device, "workers": p.train_workers, "warmup": p.warmup_steps, "steps": p.train_steps,
+                    "runs": str(root / "runs")}
+        cls = {**settings, "batch": p.cls_batch, "img_size": p.cls_size}
+        det = {**settings, "batch": p.det_batch, "img_size": p.det_size}
+        data: dict[str, str] = {}
+        t = time.time()
+        if "cls" in todo:
+            n = images_needed(p.cls_batch, p.warmup_steps, p.train_steps)
+            data["cls"] = make_photo_folders(root / "photos", n, max(p.cls_batch, 16), p.train_workers)
+            sizes["cls"] = {"train_images": n, "seconds_to_make": round(time.time() - t, 1)}
+            record.line(f"cls: {n} JPEG photos in {time.time() - t:.1f} s")
+        if any(ph in todo for ph in DATA):
+            t = time.time()
+            n = max(p.det_images, images_needed(p.det_batch, p.warmup_steps, p.train_steps))
+            yamls = make_digit_sets(root / "digits", n, p.det_val_images, p.det_size, p.train_workers)
+            data.update({ph: yamls[kind] for ph, kind in DATA.items()})
+            sizes["det"] = {"train_images": n, "val_images": p.det_val_images, "img_size": p.det_size,
+                            "seconds_to_make": round(time.time() - t, 1)}
+            record.line(f"det, seg, rtdetr: {n} + {p.det_val_images} images at {p.det_size} px, boxes and masks, "
+                        f"in {time.time() - t:.1f} s")
+        record.save()
+        for phase in todo:
+            s = cls if phase == "cls" else det
+            sides = [("ours", gpu_train.ours, (phase, data[phase], s))]
+            sides.append(("timm", gpu_train.timm_side, (data[phase], s)) if phase == "cls"
+                         else ("ultralytics", gpu_train.ultralytics_side, (phase, data[phase], s)))
+            for side, fn, args in sides:
+                t = time.time()
+                try:
+                    row = in_fresh_process(fn, *args)
+                except RuntimeError as e:  # one side that fails leaves the others to run
+                    row = {"phase": phase, "side": side, "error": str(e)[-2000:]}
+                    record.line(f"{phase} {side} failed:\n{row['error']}")
+                row["wall_s"] = round(time.time() - t, 1)
+                rows.append(row)
+                record.save()
+    ok = [r for r in rows if "error" not in r]
+    record.table(["task", "side", "model", "precision", "batch", "px", "img/s", "data wait", "step ms", "wait ms",
+                  "peak MiB", "process s", "ours / peer"],
+                 [[f"train {r['phase']}", r["side"], r["model"], r["precision"], r["batch"], r["img_size"],
+                   f"{r['img_per_s']:.0f}", f"{100 * r['data_wait_share']:.1f}%", f"{r['step_ms']:.1f}",
+                   f"{r['wait_ms']:.1f}", "" if r["peak_mib"] is None else f"{r['peak_mib']:.0f}",
+                   f"{r['wall_s']:.0f}", _ratio(ok, r)] for r in ok],
+                 title=f"Training, {p.warmup_steps} start-up steps then {p.train_steps} timed, device synchronised "
+                       f"each step, {p.train_workers} loader workers a side")
+
+
+def _ratio(rows: list[dict], row: dict) -> str:
+    """Our images/s over the peer's for the same phase (on our row)."""
+    if row["side"] != "ours":
+        return ""
+    peer = [r for r in rows if r["phase"] == row["phase"] and r["side"] != "ours"]
+    return f"{row['img_per_s'] / peer[0]['img_per_s']:.2f}" if peer else ""
+
+
 def run(p, record) -> None:
     import timm
 
-    from vision_attn.analysis.benchmark import benchmark_models, matmul_peak, timm_twin
+    from vision_attn.analysis.benchmark import matmul_peak
 
+    todo = phases(p.only)
     device = "cpu" if p.dry_run else "cuda"
     if p.dry_run:
-        p.batch, p.rounds, p.iters, p.train_steps = 1, 1, 1, 2
-        p.img_size = 64
+        p.batch, p.rounds, p.iters = 1, 1, 1  # p.img_size stays: Swin-T's windows need its 224 px
         p.models = p.models.replace("vit_base", "vit_tiny")
         p.workers, p.images, p.loader_batch = 1, 4, 2
+        p.train_workers, p.warmup_steps, p.train_steps = 1, 1, 2
+        p.cls_batch, p.cls_size, p.det_batch, p.det_size = 4, 64, 4, 160
+        p.det_images, p.det_val_images = 16, 4
     elif not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --dry-run to check the suite on the CPU")
     if record.json_path is None and os.environ.get("OUT"):
@@ -163,42 +224,53 @@ def run(p, record) -> None:
     t0 = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    peak = matmul_peak(device, "bf16", n=256 if p.dry_run else None)  # a CPU without bf16 instructions: slow
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)",
-            "torch": torch.__version__, "timm": timm.__version__, "bf16_matmul_peak_tflops": peak / 1e12}
+            "torch": torch.__version__, "timm": timm.__version__, "phases": todo}
     record.line(str(info))
     report = record.results
     report.update({"info": info, "checks": {}, "results": [], "training": [], "loader": {}})
 
+    train_phases = [ph for ph in todo if ph in TRAIN_PHASES]
+    if train_phases:
+        training(p, record, device, train_phases)
+        info["seconds_training"] = round(time.time() - t0, 1)
+        record.save()
+    if "loader" not in todo and "inference" not in todo:
+        info["seconds_total"] = round(time.time() - t0, 1)
+        record.line(f"total {time.time() - t0:.0f} s")
+        return
+    peak = matmul_peak(device, "bf16", n=256 if p.dry_run else None)  # a CPU without bf16 instructions: slow
+    info["bf16_matmul_peak_tflops"] = peak / 1e12
+    if "loader" in todo:
+        loader_phase(p, record, device, peak)
+        info["seconds_loader"] = round(time.time() - t0, 1)
+        record.save()  # after every phase: a run stopped at its time limit keeps what it measured
+    if "inference" in todo:
+        inference_phase(p, record, device, peak)
+    info["seconds_total"] = round(time.time() - t0, 1)
+    record.line(f"total {time.time() - t0:.0f} s")
+
+
+def loader_phase(p, record, device: str, peak: float) -> None:
+    """The data module's loader at 224 px against ViT-S and Swin-T training steps, and the device decoder."""
     loader_models = ["vit_tiny_patch16_224"] if p.dry_run else ["vit_small_patch16_224", "swin_tiny_patch4_window7_224"]
-    loader = report["loader"] = loader_against_model(
+    loader = record.results["loader"] = loader_against_model(
         device, p.workers, p.images, p.loader_batch, loader_models,
         decode_batches=2 if p.dry_run else 16, peak=peak,
-        model_size=p.img_size if p.dry_run else 224)  # bf16 is emulated on most CPUs
+        model_size=64 if p.dry_run else 224)  # bf16 is emulated on most CPUs
     lrows = [[f"data module's train loader, data.normalize {v['normalize']}, data.augment {v['augment']}, "
               f"{v['workers']} workers, to {v['device']}", f"{v['images_per_s']:.0f}"] for v in loader["loader"].values()]
     lrows += [[f"{m} training step, bf16, batch {loader['batch']}", f"{v:.0f}"] for m, v in loader["model_img_per_s"].items()]
     lrows.append([f"decode_jpeg + crop/flip/normalise on {device}, batch {loader['batch']}",
                   f"{loader['device_decode_img_per_s']:.0f}"])
     record.table(["224 px", "images/s"], lrows)
-    info["seconds_loader"] = round(time.time() - t0, 1)
-    record.save()  # after every phase: a run stopped at its time limit keeps what it measured
 
-    train = report["training"]
-    with tempfile.TemporaryDirectory() as runs:
-        for task in ("cls", "det"):
-            for compiled in ([False] if p.dry_run else [False, True]):
-                t = lightning_steps(task, device, p.train_steps, runs, compiled,
-                                    workers=0 if p.dry_run else min(p.workers, 8))
-                t["mfu"] = 3 * 2e9 * t["gmacs_per_image"] * t["img_per_s"] / peak
-                train.append(t)
-                record.save()
-    record.table(["task", "mode", "precision", "steps", "fit s", "img/s (with start-up)", "MFU"],
-                 [[f"train {t['task']}", "compile" if t["compiled"] else "eager", t["precision"], t["steps"],
-                   f"{t['fit_time_s']:.1f}", f"{t['img_per_s']:.0f}", f"{100 * t['mfu']:.2f}%"] for t in train])
-    info["seconds_training"] = round(time.time() - t0, 1)
 
-    checks, results = report["checks"], []
+def inference_phase(p, record, device: str, peak: float) -> None:
+    """Parity with timm, then bf16 inference eager and compiled, ours and timm alternating."""
+    from vision_attn.analysis.benchmark import benchmark_models, timm_twin
+
+    checks, results, report = record.results["checks"], [], record.results
     for name in p.models.split(","):
         checks[name] = parity(name, p.img_size, device)
         for compiled in ([False] if p.dry_run else [False, True]):
@@ -221,21 +293,29 @@ def run(p, record) -> None:
                  [[r.model, "compile" if r.compiled else "eager", r.batch, f"{r.throughput:.1f}", f"{r.latency_ms:.2f}",
                    f"{r.peak_memory_mb:.0f}", f"{100 * r.mfu:.1f}%", "" if r.ratio is None else f"{r.ratio:.3f}"]
                   for r in results])
-    info["seconds_total"] = round(time.time() - t0, 1)
-    record.line(f"total {time.time() - t0:.0f} s")
 
 
-SUITE = Suite("gpu", "ours against timm on a CUDA GPU: parity, bf16 inference (eager, compiled), training, loader",
-              run, (
+SUITE = Suite("gpu", "on a CUDA GPU: every task trained beside its peer (timm, ultralytics); parity and bf16 "
+              "inference (eager, compiled) against timm; the loader against the model", run, (
+                  Param("only", "cls,det,seg,rtdetr,inference", f"comma-separated phases among {', '.join(PHASES)}, "
+                        "or all"),
                   Param("models", "vit_base_patch16_224,swin_tiny_patch4_window7_224", "comma-separated models"),
                   Param("batch", 256, "inference batch"),
                   Param("img_size", 224, "pixels"),
                   Param("rounds", 5, "rounds"),
                   Param("iters", 10, "passes a round"),
-                  Param("train_steps", 300, "Lightning steps of train cls and train det"),
-                  Param("workers", os.cpu_count() or 1, "loader processes (default: all CPUs)"),
+                  Param("warmup_steps", 10, "training steps a side not timed (start-up)"),
+                  Param("train_steps", 50, "training steps a side timed after the start-up steps"),
+                  Param("train_workers", min(os.cpu_count() or 1, 16), "loader processes of each training side"),
+                  Param("cls_batch", 128, "train cls batch (the DeiT recipe's per device)"),
+                  Param("cls_size", 224, "train cls pixels"),
+                  Param("det_batch", 64, "train det/seg/rtdetr batch (ultralytics' nominal batch: no accumulation)"),
+                  Param("det_size", 640, "train det/seg/rtdetr pixels (the demo's canvases enlarged to it)"),
+                  Param("det_images", 5000, "generated train images of the detection and segmentation sets"),
+                  Param("det_val_images", 64, "their val images (ultralytics validates once when stopped)"),
+                  Param("workers", os.cpu_count() or 1, "loader processes of the loader phase (default: all CPUs)"),
                   Param("images", 1024, "JPEG photos for the loader measurement"),
                   Param("loader_batch", 128, "batch of the loader and model measurement"),
-                  Param("dry_run", False, "CPU, vit_tiny and swin_tiny, batch 1, one round, no compile "
-                        "(checks the suite)", quick=True),
+                  Param("dry_run", False, "CPU, tiny sizes (64-160 px, 1+2 training steps a side, ViT-Ti for "
+                        "ViT-B, batch 1, one round, no compile): checks the suite", quick=True),
               ), group="gpu", requires=("timm", "sklearn"), doc=__doc__)
