@@ -12,6 +12,9 @@ peak falls on it (`vision-attn explain`'s maps, the same layers and targets).
 - Classification runs (digits: bright strokes on black): the map of the predicted class of every val image
   (rollout: the class-agnostic attention rollout); the peak counts when the input pixel there is on the
   digit (brighter than half the image's brightest); the digit's share of the pixels is the chance level.
+- `--untrained`: the same maps of the run's network freshly initialised (the model-randomisation sanity
+  check of Adebayo et al., 2018): a map that peaks on the object as often without training shows where
+  the input's content is, not what the trained network uses.
 """
 from __future__ import annotations
 
@@ -97,7 +100,8 @@ def run(p, record) -> None:
 
     torch.set_num_threads(p.threads)
     folder = Path(p.run)
-    trained = load_run(folder)
+    torch.manual_seed(0)
+    trained = load_run(folder, weights=not p.untrained)
     method = chosen_method(trained, p.method or None)
     task = check_method(trained, method, p.layer or None)
     data = _data(folder, p.data)
@@ -121,10 +125,10 @@ def run(p, record) -> None:
                 f"true positives ({100 * share:.1f}%; the boxes of the class cover {100 * result['box_pixel_share']:.1f}% "
                 f"of the pixels) on {result['images']} val images; maps read per layer: {per_layer}")
     names = list(layers[0].names) if layers[0] else ["every layer's attention"]
-    result.update(run=str(folder), method=method, layers=names, share=share)
+    result.update(run=str(folder), method=method, layers=names, share=share, untrained=p.untrained)
     record.results.update(result)
     log(line)
-    record.line(f"{folder} ({method}, layer {', '.join(names)}): {line}")
+    record.line(f"{folder}{' untrained' if p.untrained else ''} ({method}, layer {', '.join(names)}): {line}")
 
 
 SUITE = Suite("explain_peaks", "share of val predictions whose class-activation map peaks on the object", run, (
@@ -133,6 +137,7 @@ SUITE = Suite("explain_peaks", "share of val predictions whose class-activation 
     Param("method", "", "map method (default: the task's, as `explain`)",
           choices=["", "gradcam", "gradcam++", "eigencam", "layercam", "rollout"]),
     Param("layer", "", "the module to read (default: the family's, as `explain`)"),
+    Param("untrained", False, "the run's network freshly initialised instead of trained (sanity check)"),
     Param("limit", 0, "val images at most (0: all)", quick=20),
     Param("threads", 1, "torch threads"),
 ), group="check", doc=__doc__)
