@@ -69,9 +69,11 @@ def _detection(run, task, dataset, method, layers, explain_image, limit) -> dict
         _, found = explain_image([run], task, image, method, layers, top_k=100)
         used: set[int] = set()
         for det in found:  # best score first
+            if det["box"] is None:  # nothing detected (EigenCAM's one map of the image)
+                continue
             cls = run.classes.index(det["label"].rsplit(" ", 1)[0])
             same = [j for j in range(len(labels)) if int(labels[j]) == cls and j not in used]
-            if not same or det["box"] is None:
+            if not same:
                 continue
             iou = box_iou(torch.tensor([det["box"]]), gt[same])[0]
             if float(iou.max()) < 0.5:
