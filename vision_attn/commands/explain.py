@@ -18,7 +18,8 @@ def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
     for r in results:
         targets = ", ".join(t["label"] for t in r["targets"]) or "nothing detected"
         console.print(f"{r['image']}: {targets} -> {r['figure']}", markup=False, highlight=False)
-    console.print(f"{len(results)} figure(s) ({results[0]['method']}, layer {', '.join(results[0]['layers'][0])}) and "
+    read = sorted({n for r in results for t in r["targets"] for n in (t.get("layers") or [[]])[0]})  # a detection's level
+    console.print(f"{len(results)} figure(s) ({results[0]['method']}, layer {', '.join(read or results[0]['layers'][0])}) and "
                   f"explain.json in {args.output}", markup=False, highlight=False)
     return 0
 
