@@ -12,7 +12,7 @@ from pytorch_grad_cam import EigenCAM, GradCAM, LayerCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
 from tests.analysis.explain_runs import SWIN, VIT, classifier_run, detector_run, write_images
-from vision_attn.analysis.explain import cam_map, explain_image, target_layers
+from vision_attn.analysis.explain import cam_map, chosen_method, explain_image, target_layers
 from vision_attn.cli import main
 from vision_attn.data import load_image
 from vision_attn.tasks import TASKS, load_run
@@ -93,7 +93,48 @@ def test_detector_eigencam_and_box_targets(runs):
     assert len(targets) == 3
     for t in targets:
         assert float(t(pred[0])) == pytest.approx(float(t.label.split()[-1]), abs=0.005)
-        assert record.align(t, pred).score(pred[0]) == t.score(pred[0])  # the same run: the same anchor
+        assert record.align(run, t, pred).score(pred[0]) == t.score(pred[0])  # the same run: the same anchor
+
+
+def test_a_detections_gradient_map_reads_its_anchors_level(runs):
+    run = load_run(runs["det"])
+    record = TASKS["det"].explain
+    image = load_image(runs["images"][0])
+    x = record.to_input(run, image)
+    levels = target_layers(run.model, x)
+    outputs: dict[int, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(lambda _m, _i, out, k=k: outputs.__setitem__(k, out))
+             for k, m in enumerate(levels.modules)]
+    try:
+        pred = run.model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    targets = record.targets(run, pred.detach(), 40)
+    seen = set()
+    for t in targets:  # the level is the coarsest whose map the score has a gradient on (finer ones feed it)
+        grads = torch.autograd.grad(t(pred[0]), [outputs[k] for k in range(3)], retain_graph=True, allow_unused=True)
+        reached = [k for k, g in enumerate(grads) if g is not None and bool(g.abs().sum() > 0)]
+        assert t.level == max(reached)
+        seen.add(t.level)
+    assert seen == {0, 1, 2}
+    rows, found = explain_image([run], record, image, "layercam", [levels], top_k=40)
+    for t, row, f in zip(targets, rows, found):
+        assert f["layers"] == [[levels.names[t.level]]]
+        if t.level == 2:  # the library's map is pytorch-grad-cam's LayerCAM on that one layer
+            with LayerCAM(model=run.model, target_layers=[levels.modules[2]]) as cam:
+                direct = cam(input_tensor=x, targets=[t])[0]
+            np.testing.assert_allclose(row[0].heat, direct, atol=1e-6, rtol=0)
+    assert chosen_method(run, None) == "layercam" and chosen_method(load_run(runs["vit"]), None) == "gradcam"
+
+
+def test_vit_patch_embedding_layer_is_laid_on_the_grid(runs):
+    run = load_run(runs["vit"])
+    x = _input(run, runs["images"][0])
+    ours = cam_map("gradcam", run.model, x, target_layers(run.model, x, "patch_embed"), ClassifierOutputTarget(1))
+    with GradCAM(model=run.model, target_layers=[run.model.patch_embed.proj]) as cam:  # the same values, NCHW
+        direct = cam(input_tensor=x, targets=[ClassifierOutputTarget(1)])[0]
+    np.testing.assert_allclose(ours, direct, atol=1e-6, rtol=0)
 
 
 def test_segmenter_instances_are_targets_past_the_mask_coefficients(runs):

@@ -18,7 +18,8 @@ def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
     for r in results:
         targets = ", ".join(t["label"] for t in r["targets"]) or "nothing detected"
         console.print(f"{r['image']}: {targets} -> {r['figure']}", markup=False, highlight=False)
-    console.print(f"{len(results)} figure(s) ({args.method}, layer {', '.join(results[0]['layers'][0])}) and "
+    read = sorted({n for r in results for t in r["targets"] for n in (t.get("layers") or [[]])[0]})  # a detection's level
+    console.print(f"{len(results)} figure(s) ({results[0]['method']}, layer {', '.join(read or results[0]['layers'][0])}) and "
                   f"explain.json in {args.output}", markup=False, highlight=False)
     return 0
 
@@ -33,11 +34,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     p.add_argument("--vs", default=None, metavar="RUN2", help="a second run of the same task beside the first, "
                    "on the first run's targets")
-    p.add_argument("--method", default="gradcam", metavar="METHOD",
-                   help="gradcam (default), gradcam++, eigencam, layercam or rollout")
+    p.add_argument("--method", default=None, metavar="METHOD",
+                   help="gradcam, gradcam++, eigencam, layercam or rollout (default: gradcam for classifiers, "
+                   "layercam for detectors and segmenters)")
     p.add_argument("--layer", default=None, metavar="NAME", help="the module to read (a name of "
-                   "model.named_modules()); default: the model family's (ViT: the last block's norm1, Swin: the "
-                   "last stage, YOLO: the rows the head reads, CNN: the last feature level)")
+                   "model.named_modules()); default: the model family's (ViT: the last block's norm1 with a class-token "
+                   "head, the last block with average pooling; Swin: the last stage; YOLO: the rows the head reads, a "
+                   "detection's own level for gradient methods; CNN: the last feature level)")
     p.add_argument("--top-k", type=int, default=3, help="targets per image: top classes or best detections (3)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for IMAGE.png and explain.json")
     p.set_defaults(func=_cmd_explain)

@@ -31,6 +31,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the page to write")
     p.add_argument("--images", nargs="+", default=None, metavar="IMAGE",
                    help="images to draw the runs' maps on (an ablation: the first seed of each variant)")
-    p.add_argument("--method", default="gradcam", metavar="METHOD", help="the maps' method (see `explain`)")
+    p.add_argument("--method", default=None, metavar="METHOD", help="the maps' method (see `explain`; default: the "
+                   "task's)")
     p.add_argument("--title", default=None, help="the page's title (default: the sources' names)")
     p.set_defaults(func=_cmd_report)

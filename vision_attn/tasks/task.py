@@ -42,13 +42,17 @@ class Listing:
 @dataclass(frozen=True)
 class ExplainTarget:
     """What one class-activation map explains: ``label`` (its caption, e.g. ``7 0.93``), ``index`` (the
-    class), ``box`` (x1, y1, x2, y2 in input pixels, or None) and ``score(output) -> scalar``: the number
-    whose gradient a gradient method follows, read from one image's network output (no batch axis)."""
+    class), ``box`` (x1, y1, x2, y2 in input pixels, or None), ``score(output) -> scalar``: the number
+    whose gradient a gradient method follows, read from one image's network output (no batch axis), and
+    ``level``: the feature level (0: the finest) of a detector's head that the score comes from (a
+    gradient method reads that level's layer alone: :meth:`~vision_attn.analysis.explain.TargetLayers.at_level`),
+    or None."""
 
     label: str
     index: int
     score: Callable[[Any], Any]
     box: tuple[float, float, float, float] | None = None
+    level: int | None = None
 
     def __call__(self, output: Any) -> Any:  # pytorch-grad-cam calls a target on one image's output
         return self.score(output)
@@ -63,14 +67,16 @@ class Explain:
     the network takes it (shown denormalised by the run's mean and std); ``output(raw) -> tensor``: the
     network's eval output as a batch-first tensor the targets read (a segmenter's ``(pred, protos)`` ->
     ``pred``); ``targets(run, output, k) -> [ExplainTarget]``: up to ``k`` targets of one image's
-    batched output (the top classes; the detected boxes); ``align(target, output) -> ExplainTarget``: the
-    same target (class, box) on another run's output of the same image, for ``--vs``."""
+    batched output (the top classes; the detected boxes); ``align(run, target, output) -> ExplainTarget``:
+    the same target (class, box) on another run's output of the same image, for ``--vs``; ``default``:
+    the method drawn when none is named (one of ``methods``)."""
 
     methods: tuple[str, ...]
     to_input: Callable[[Any, Any], Any]
     output: Callable[[Any], Any]
     targets: Callable[[Any, Any, int], list[ExplainTarget]]
-    align: Callable[[ExplainTarget, Any], ExplainTarget]
+    align: Callable[[Any, ExplainTarget, Any], ExplainTarget]
+    default: str = "gradcam"
 
 
 @dataclass(frozen=True)

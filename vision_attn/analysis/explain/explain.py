@@ -32,7 +32,14 @@ from vision_attn.tasks.task import Explain, ExplainTarget
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["explain", "explained_figures", "explain_image", "check_method"]
+__all__ = ["explain", "explained_figures", "explain_image", "check_method", "chosen_method"]
+
+
+def chosen_method(run: Run, method: str | None) -> str:
+    """``method``, or when it is None the default of the run's task (a classifier's ``gradcam``, a
+    detector's and segmenter's ``layercam``)."""
+    record = TASKS[run.task].explain
+    return method if method is not None else record.default if record is not None else "gradcam"
 
 
 def check_method(run: Run, method: str, layer: str | None) -> Explain:
@@ -78,7 +85,8 @@ def _peak(heat: np.ndarray) -> list[int]:
 def explain_image(runs: Sequence[Run], record: Explain, image: np.ndarray, method: str,
                   layers: Sequence[TargetLayers | None], top_k: int) -> tuple[list[list[Panel]], list[dict[str, Any]]]:
     """The panels (a row per target, a column per run) of one (H, W, 3) uint8 image, and per target its
-    label, box and each run's map peak (x, y) in input pixels."""
+    label, box, each run's map peak (x, y) in input pixels and (gradient methods) the layers each run's
+    map read (a detection's: its anchor's level)."""
     xs = [record.to_input(run, image) for run in runs]
     with torch.no_grad():
         outs = [record.output(run.model(x)) for run, x in zip(runs, xs)]
@@ -94,12 +102,13 @@ def explain_image(runs: Sequence[Run], record: Explain, image: np.ndarray, metho
             [{"label": method, "box": None, "peaks": [_peak(h) for h in heats]}]
     rows, found = [], []
     for target in targets:
-        per_run: list[ExplainTarget] = [target] + [record.align(target, out) for out in outs[1:]]
-        heats = [cam_map(method, run.model, x, lay, t, record.output)
-                 for run, x, lay, t in zip(runs, xs, layers, per_run)]
+        per_run: list[ExplainTarget] = [target] + [record.align(run, target, out) for run, out in zip(runs[1:], outs[1:])]
+        read = [lay.at_level(t.level) if lay is not None else lay for lay, t in zip(layers, per_run)]
+        heats = [cam_map(method, run.model, x, lay, t, record.output) for run, x, lay, t in zip(runs, xs, read, per_run)]
         rows.append([Panel(p, h, [t.box] if t.box else [], f"{run.label}\n{t.label}")
                      for run, p, h, t in zip(runs, pictures, heats, per_run)])
-        found.append({"label": target.label, "box": target.box, "peaks": [_peak(h) for h in heats]})
+        found.append({"label": target.label, "box": target.box, "peaks": [_peak(h) for h in heats],
+                      "layers": [list(lay.names) for lay in read if lay is not None]})
     if not rows:  # nothing detected: the image alone
         rows = [[Panel(p, np.zeros(p.shape[:2]), [], f"{run.label}\nnothing detected")
                  for run, p in zip(runs, pictures)]]
@@ -122,12 +131,14 @@ def _read(images: Sequence[str | os.PathLike]) -> list[tuple[Path, np.ndarray]]:
     return out
 
 
-def explained_figures(runs: Sequence[Run], images: Sequence[str | os.PathLike], *, method: str = "gradcam",
+def explained_figures(runs: Sequence[Run], images: Sequence[str | os.PathLike], *, method: str | None = None,
                       layer: str | None = None, top_k: int = 3
                       ) -> Iterator[tuple[Path, Figure, list[TargetLayers | None], list[dict[str, Any]]]]:
     """For each image (all read first: an unreadable one is a DataError before any map), its path, its
     figure (a column per run of ``runs``, one task, on the first run's targets), the layers read and per
-    target its label, box and map peaks. The runs' task must serve ``method``."""
+    target its label, box and map peaks. The runs' task must serve ``method`` (None: the task's default,
+    :func:`chosen_method`)."""
+    method = chosen_method(runs[0], method)
     if len({r.task for r in runs}) > 1:
         raise ConfigError(f"--vs {runs[1].path}: a {runs[1].task} run beside a {runs[0].task} run; compare runs of "
                           "one task")
@@ -145,14 +156,16 @@ def explained_figures(runs: Sequence[Run], images: Sequence[str | os.PathLike], 
 
 
 def explain(run: str | os.PathLike, images: Sequence[str | os.PathLike], output: str | os.PathLike, *,
-            vs: str | os.PathLike | None = None, method: str = "gradcam", layer: str | None = None,
+            vs: str | os.PathLike | None = None, method: str | None = None, layer: str | None = None,
             top_k: int = 3) -> list[dict[str, Any]]:
     """Maps of ``run`` (and ``vs`` beside it) on ``images``: ``output/IMAGE.png`` per image and
     ``output/explain.json`` (``[{"image", "figure", "method", "runs", "layers", "targets": [{"label",
-    "box", "peaks"}]}]``), written together or not at all; returns that list. ``top_k``: a classifier's
+    "box", "peaks", "layers"}]}]``), written together or not at all; returns that list. ``method``: None
+    for the task's default (:func:`chosen_method`). ``top_k``: a classifier's
     top classes, a detector's best detections (gradient methods); ``layer``: a module name, else the
     family's default."""
     runs = [load_run(run)] + ([load_run(vs)] if vs is not None else [])
+    method = chosen_method(runs[0], method)
     figures = explained_figures(runs, images, method=method, layer=layer, top_k=top_k)
     first = next(figures)  # every check done, every image read: nothing is written before
     results: list[dict[str, Any]] = []

@@ -7,7 +7,10 @@ map (pytorch-grad-cam's ``reshape_transform``).
   tokens (B, prefix + h*w, D) -> the patches (B, D, h, w).
 - Swin (V1, V2): the last stage's output, NHWC (B, h, w, C) -> NCHW.
 - YOLO YAML networks (detectors, segmenters, YOLO classifiers): the rows the head reads (a detector's
-  three levels; pytorch-grad-cam averages their maps at input size).
+  three levels). A detection's gradient map reads the one level its anchor is on (the score of a stride-8
+  anchor has no gradient on the stride-32 map; a stride-32 score reaches the finer maps only through the
+  neck, and pytorch-grad-cam scales each layer's map to 0..1 before averaging, which would give those
+  indirect maps equal say); EigenCAM, which has no target, averages all levels' maps at input size.
 - Other CNNs: the last block of the deepest feature level of timm's interface (``feature_info``) whose map
   is at least 4x4 on the input (the last level at 224 px; an earlier one on small images).
 
@@ -34,11 +37,19 @@ __all__ = ["TargetLayers", "target_layers", "closest_names"]
 @dataclass(frozen=True)
 class TargetLayers:
     """``names`` and ``modules`` the map is read from; ``reshape``: their output -> (B, C, h, w) (None:
-    already so)."""
+    already so); ``levels``: the modules are a detector head's inputs, finest level first."""
 
     names: tuple[str, ...]
     modules: tuple[nn.Module, ...]
     reshape: Callable[[torch.Tensor], torch.Tensor] | None
+    levels: bool = False
+
+    def at_level(self, level: int | None) -> TargetLayers:
+        """The layer of one head level (a target's :attr:`~vision_attn.tasks.task.ExplainTarget.level`)
+        when these are a head's levels and ``level`` is given, else these layers."""
+        if not self.levels or level is None:
+            return self
+        return TargetLayers((self.names[level],), (self.modules[level],), self.reshape)
 
 
 def _tokens_to_grid(model: nn.Module, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -46,8 +57,11 @@ def _tokens_to_grid(model: nn.Module, x: torch.Tensor) -> Callable[[torch.Tensor
     tokens dropped, the patches laid on the patch grid."""
     ph, pw = model.patch_embed.patch_size
     h, w = -(-x.shape[-2] // ph), -(-x.shape[-1] // pw)
+    dim = model.embed_dim
 
     def reshape(tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.ndim == 4 and tuple(tokens.shape[1:]) == (h, w, dim):  # the patch embedding's (B, h, w, D)
+            return tokens.permute(0, 3, 1, 2)
         if tokens.ndim != 3:  # a convolution's map (--layer patch_embed.proj)
             return tokens
         patches = tokens[:, tokens.shape[1] - h * w:]
@@ -121,4 +135,5 @@ def target_layers(model: nn.Module, x: torch.Tensor, name: str | None = None) ->
         reshape = _tokens_to_grid(model, x)
     elif isinstance(model, SwinTransformer):
         reshape = _nhwc_to_nchw
-    return TargetLayers(tuple(names), tuple(modules[n] for n in names), reshape)
+    levels = not name and isinstance(model, DetectionModel) and len(names) > 1
+    return TargetLayers(tuple(names), tuple(modules[n] for n in names), reshape, levels)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from vision_attn.analysis.explain import explained_figures
+from vision_attn.analysis.explain import chosen_method, explained_figures
 from vision_attn.analysis.report.embed import figure_uri
 from vision_attn.analysis.report.page import figure, page, section
 from vision_attn.analysis.report.sections import (ablation_section, compute_section, config_section, curves_section,
@@ -50,8 +50,9 @@ def _map_runs(runs: Sequence[RunSource], ablations: Sequence[AblationSource]) ->
     return list(runs[:MAX_MAP_RUNS])
 
 
-def _maps_section(runs: Sequence[RunSource], images: Sequence[str | os.PathLike], method: str) -> str:
+def _maps_section(runs: Sequence[RunSource], images: Sequence[str | os.PathLike], method: str | None) -> str:
     loaded = [load_run(r.folder) for r in runs]
+    method = chosen_method(loaded[0], method)
     for run, source in zip(loaded, runs):
         run.label = source.name
     cards = [figure(figure_uri(fig, max_side=900), f"{path.name}: {', '.join(t['label'] for t in found) or '-'}")
@@ -61,7 +62,7 @@ def _maps_section(runs: Sequence[RunSource], images: Sequence[str | os.PathLike]
 
 
 def html_report(paths: Sequence[str | os.PathLike], *, images: Sequence[str | os.PathLike] = (),
-                method: str = "gradcam", title: str | None = None) -> tuple[str, int, int]:
+                method: str | None = None, title: str | None = None) -> tuple[str, int, int]:
     """The page's HTML for run and ablation folders ``paths``, and how many runs and ablations it shows."""
     if not paths:
         raise ConfigError("report: give run folders or ablation folders")
@@ -78,7 +79,7 @@ def html_report(paths: Sequence[str | os.PathLike], *, images: Sequence[str | os
 
 
 def write_html_report(paths: Sequence[str | os.PathLike], output: str | os.PathLike, *,
-                      images: Sequence[str | os.PathLike] = (), method: str = "gradcam",
+                      images: Sequence[str | os.PathLike] = (), method: str | None = None,
                       title: str | None = None) -> HtmlReport:
     """:func:`html_report` written to ``output`` (atomically: a failure keeps the old file)."""
     text, n_runs, n_ablations = html_report(paths, images=images, method=method, title=title)

@@ -28,7 +28,7 @@ def _targets(run: Run, logits: torch.Tensor, k: int) -> list[ExplainTarget]:
     return [_class_target(int(i), f"{run.classes[int(i)]} {float(v):.2f}") for v, i in zip(values, indices)]
 
 
-def _align(target: ExplainTarget, logits: Any) -> ExplainTarget:
+def _align(run: Run, target: ExplainTarget, logits: Any) -> ExplainTarget:
     """The same class on another run: its own probability in the caption."""
     prob = float(logits.detach().float().softmax(-1)[0, target.index])
     return _class_target(target.index, f"{target.label.rsplit(' ', 1)[0]} {prob:.2f}")

@@ -1,7 +1,13 @@
 """What ``vision-attn explain`` asks of a detection (and segmentation) run: the letterboxed image the
 network takes, and one target per detected box: its class probability at the anchor the detection
-came from (NMS picks anchors; the anchor's score is differentiable, the kept list is not)."""
+came from (NMS picks anchors; the anchor's score is differentiable, the kept list is not), read at the
+head level that anchor is a cell of."""
 from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -24,9 +30,20 @@ def _to_input(run: Run, image: np.ndarray) -> torch.Tensor:
     return x.unsqueeze(0)
 
 
-def _anchor_target(anchor: int, cls: int, box: tuple[float, ...], label: str) -> ExplainTarget:
-    """The class-``cls`` probability of ``anchor`` in one image's (4 + nc [+ nm], A) output."""
-    return ExplainTarget(label, cls, lambda pred: pred[4 + cls, anchor], tuple(float(v) for v in box))
+def _levels(run: Run, anchors: int) -> list[int] | None:
+    """The anchor count of each head level, finest first, when the ``anchors`` of the run's square input
+    are the head's cells level after level (an anchor-per-cell head: Detect, Segment), else None."""
+    side = run.img_size[0]
+    counts = [math.ceil(side / s) ** 2 for s in getattr(run.model, "stride", [])]
+    return counts if counts and sum(counts) == anchors else None
+
+
+def _anchor_target(anchor: int, cls: int, box: Sequence[float], label: str,
+                   levels: list[int] | None) -> ExplainTarget:
+    """The class-``cls`` probability of ``anchor`` in one image's (4 + nc [+ nm], A) output, on the head
+    level the anchor is a cell of."""
+    level = None if levels is None else bisect.bisect_right(list(itertools.accumulate(levels)), anchor)
+    return ExplainTarget(label, cls, lambda pred: pred[4 + cls, anchor], tuple(float(v) for v in box), level)
 
 
 def _targets(run: Run, pred: torch.Tensor, k: int) -> list[ExplainTarget]:
@@ -37,11 +54,12 @@ def _targets(run: Run, pred: torch.Tensor, k: int) -> list[ExplainTarget]:
     anchors = torch.arange(pred.shape[-1], dtype=pred.dtype).view(1, 1, -1)
     found = postprocess(torch.cat([pred.detach(), anchors.expand(pred.shape[0], 1, -1)], 1), conf=CONF, iou=IOU,
                         max_det=k, end2end=is_end_to_end(run.model), nm=m + 1)[0]
-    return [_anchor_target(int(c[-1]), int(lb), b.tolist(), f"{run.classes[int(lb)]} {float(s):.2f}")
+    levels = _levels(run, pred.shape[-1])
+    return [_anchor_target(int(c[-1]), int(lb), b.tolist(), f"{run.classes[int(lb)]} {float(s):.2f}", levels)
             for b, s, lb, c in zip(found.boxes, found.scores, found.labels, found.coeffs)]
 
 
-def _align(target: ExplainTarget, pred: torch.Tensor) -> ExplainTarget:
+def _align(run: Run, target: ExplainTarget, pred: torch.Tensor) -> ExplainTarget:
     """The same class and box on another run: the anchor whose box overlaps ``target.box`` most, weighted
     by its probability of the class."""
     p = pred.detach().float()[0]
@@ -49,9 +67,13 @@ def _align(target: ExplainTarget, pred: torch.Tensor) -> ExplainTarget:
     overlap = box_iou(torch.tensor([target.box]), boxes)[0] * p[4 + target.index]
     anchor = int(overlap.argmax())
     caption = f"{target.label.rsplit(' ', 1)[0]} {float(p[4 + target.index, anchor]):.2f}"
-    return _anchor_target(anchor, target.index, target.box, caption)
+    return _anchor_target(anchor, target.index, target.box, caption, _levels(run, pred.shape[-1]))
 
 
 DETECT_EXPLAIN = Explain(methods=("gradcam", "gradcam++", "eigencam", "layercam"), to_input=_to_input,
-                         output=lambda raw: raw if torch.is_tensor(raw) else raw[0], targets=_targets, align=_align)
-"""Detectors' and segmenters' (whose instances are detections with mask coefficients)."""
+                         output=lambda raw: raw if torch.is_tensor(raw) else raw[0], targets=_targets, align=_align,
+                         default="layercam")
+"""Detectors' and segmenters' (whose instances are detections with mask coefficients). LayerCAM by
+default: one anchor's score has gradients only in that anchor's receptive field, and LayerCAM weighs
+each cell by its own gradient, so the map stays on the detection; Grad-CAM averages the gradients into
+one weight per channel and paints that channel mix wherever it occurs (every digit alike)."""
