@@ -22,7 +22,7 @@ from vision_attn.models.registry import create_model
 __all__ = ["Backbone", "Index", "BACKBONE_KEYWORDS"]
 
 BACKBONE_KEYWORDS = ("indices", "norm", "img_size", "attention", "pretrained", "drop_path_rate", "window_rule",
-                     "window_size")
+                     "window_size", "depth")
 """Keywords a Backbone row may give: ``indices`` and ``norm`` choose the maps, the rest go to
 :func:`vision_attn.create_model`."""
 
