@@ -13,6 +13,8 @@ from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 from vision_attn.errors import ConfigError
 from vision_attn.models.yolo import build_detector
 from vision_attn.models.yolo.pyramid import SimpleFeaturePyramid
+from vision_attn.tasks.detect.run import load_detector
+from vision_attn.tasks.runs import lightning_weights
 
 from .conftest import CONFIGS
 
@@ -116,13 +118,19 @@ trainer:
 """
 
 
-def test_train_det_one_step_on_digit_boxes(tmp_path, monkeypatch, capsys):
+def test_train_det_one_step_from_a_timm_file_then_the_run_loads_without_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=1))
-    (tmp_path / "net.yaml").write_text(_text("depth: 1"))
+    torch.save(timm.create_model("vit_small_patch16_dinov3", depth=1).state_dict(), tmp_path / "vit.pth")
+    (tmp_path / "net.yaml").write_text(_text("depth: 1, pretrained: vit.pth"))
     (tmp_path / "tiny.yaml").write_text(TINY.format(root=root, yaml=tmp_path / "net.yaml"))
     assert main(["train", "det", "--config", str(tmp_path / "tiny.yaml")]) == 0
     assert "final val mAP@.5:" in capsys.readouterr().out
-    m = json.loads((tmp_path / "runs" / "tiny" / "metrics.json").read_text())
+    run = tmp_path / "runs" / "tiny"
+    m = json.loads((run / "metrics.json").read_text())
     assert m["epochs"] == 1 and m["global_step"] == 1 and m["val_images"] == 4
     assert 0 <= m["val_map"] <= m["val_map50"] <= 1 and m["params"] > 2e6 and m["gflops"] > 0
+    (tmp_path / "vit.pth").unlink()  # the run's own weights replace the file's when it is rebuilt
+    detector = load_detector(run / "last.ckpt").model
+    saved = lightning_weights(torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"])
+    assert all(torch.equal(v, saved[k]) for k, v in detector.state_dict().items())
