@@ -16,6 +16,8 @@ from vision_attn.models.yolo.pyramid import SimpleFeaturePyramid
 from vision_attn.tasks.detect.run import load_detector
 from vision_attn.tasks.runs import lightning_weights
 
+from tests.test_cli_train_det import TINY
+
 from .conftest import CONFIGS
 
 SFP_YAML = CONFIGS / "dinov3-vits16-sfp.yaml"
@@ -97,34 +99,14 @@ def test_bad_pyramid_rows_name_the_row(old, new, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-TINY = """\
-model:
-  yaml: {yaml}
-  optimizer: adamw
-  lr: 0.001
-  weight_decay: 0.05
-  backbone_lr_scale: 0.1
-  warmup_epochs: 0
-  close_mosaic: 0
-  plot_images: 0
-data:
-  data: {root}
-  img_size: 64
-  batch_size: 8
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 1
-"""
-
-
 def test_train_det_one_step_from_a_timm_file_then_the_run_loads_without_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=1))
     torch.save(timm.create_model("vit_small_patch16_dinov3", depth=1).state_dict(), tmp_path / "vit.pth")
     (tmp_path / "net.yaml").write_text(_text("depth: 1, pretrained: vit.pth"))
-    (tmp_path / "tiny.yaml").write_text(TINY.format(root=root, yaml=tmp_path / "net.yaml"))
-    assert main(["train", "det", "--config", str(tmp_path / "tiny.yaml")]) == 0
+    (tmp_path / "tiny.yaml").write_text(TINY.format(root=root, yaml=tmp_path / "net.yaml"))  # train det's tiny run
+    assert main(["train", "det", "--config", str(tmp_path / "tiny.yaml"), "--model.scale", "null",
+                 "--model.optimizer", "adamw", "--model.backbone_lr_scale", "0.1", "--trainer.max_epochs", "1"]) == 0
     assert "final val mAP@.5:" in capsys.readouterr().out
     run = tmp_path / "runs" / "tiny"
     m = json.loads((run / "metrics.json").read_text())
