@@ -163,7 +163,7 @@ def _swin_text(old: str, new: str) -> str:
     ("Backbone, [swin_tiny_patch4_window7_224,", "Backbone, [swin_tiny_patch4_window7,",
      "row 0 (Backbone): unknown model 'swin_tiny_patch4_window7': did you mean swin_tiny_patch4_window7_224"),
     ("Backbone, [swin_tiny_patch4_window7_224,", "Backbone, [os.system,", "row 0 (Backbone): unknown model 'os.system'"),
-    ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 3], depth: 3}]]", "row 0 (Backbone): Backbone: unknown keyword 'depth'"),
+    ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 3], depths: 3}]]", "row 0 (Backbone): Backbone: unknown keyword 'depths'"),
     ("{indices: [1, 2, 3]}]]", "{indices: [1, 2, 7]}]]", "row 0 (Backbone): indices=[1, 2, 7]: 7 is not a feature level"),
     ("[0, 1, Index, [2]]", "[0, 1, Index, [3]]", "row 3 field 'args': index 3 is out of range; the input gives 3 maps"),
     ("[0, 1, Index, [2]]", "[0, 1, Index, [700, 2]]", "row 3 field 'args': map 2 has 768 channels, not 700"),

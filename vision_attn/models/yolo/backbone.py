@@ -10,7 +10,8 @@ channels.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import copy
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -19,10 +20,10 @@ from vision_attn.errors import ConfigError
 from vision_attn.models.features import FeatureModule, take_indices
 from vision_attn.models.registry import create_model
 
-__all__ = ["Backbone", "Index", "BACKBONE_KEYWORDS"]
+__all__ = ["Backbone", "Index", "BACKBONE_KEYWORDS", "without_backbone_weights"]
 
 BACKBONE_KEYWORDS = ("indices", "norm", "img_size", "attention", "pretrained", "drop_path_rate", "window_rule",
-                     "window_size")
+                     "window_size", "depth")
 """Keywords a Backbone row may give: ``indices`` and ``norm`` choose the maps, the rest go to
 :func:`vision_attn.create_model`."""
 
@@ -102,6 +103,18 @@ def _earlier_keys(state_dict: dict[str, torch.Tensor], prefix: str, *args: Any) 
     old, new = prefix + "net.", prefix + "net.model."
     for key in [k for k in state_dict if k.startswith(old) and not k.startswith(new)]:
         state_dict[new + key[len(old):]] = state_dict.pop(key)
+
+
+def without_backbone_weights(model_yaml: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a detector YAML's dict whose Backbone rows name no ``pretrained`` file: what rebuilds a
+    trained detector whose own weights are loaded next (the file may be gone, and reading it is wasted)."""
+    out = copy.deepcopy(dict(model_yaml))
+    for section in ("backbone", "head"):
+        for row in out.get(section) or []:
+            if (isinstance(row, list) and len(row) == 4 and row[2] == "Backbone" and isinstance(row[3], list)
+                    and len(row[3]) == 2 and isinstance(row[3][1], dict)):
+                row[3][1].pop("pretrained", None)
+    return out
 
 
 class Index(nn.Module):

@@ -9,7 +9,8 @@ attention rows take the channels of their input (with ``{zero_init: true}`` in t
 as the exact identity: a block that takes ``zero_init`` itself does it, any other is
 wrapped in :class:`~vision_attn.layers.plugins.IdentityBlend`, keys ``model.N.block.*`` and
 ``model.N.scale``); a Backbone row reports the
-channels of its list of maps and an Index row those of the map it picks. Scale-dependent arguments
+channels of its list of maps, a SimpleFeaturePyramid row ``[c2, scales]`` a list of maps of ``c2``
+channels each (scaled like a conv row's), and an Index row those of the map it picks. Scale-dependent arguments
 as in ultralytics' parser (:func:`_scale_rules`): at m, l and x C3k2's ``c3k`` flag is forced on; at l
 and x A2C2f gets ``(residual=True, mlp_ratio=1.2)``. Detect's class branch is the YOLOv8 form unless
 the YAML has a row of :data:`MODERN_HEAD_ROWS`.
@@ -161,7 +162,7 @@ def _attention_kwargs(row: Row, args: list[Any], label: str) -> dict[str, Any]:
 
 
 def _check_map_inputs(row: Row, spec: DetectorSpec, ch_in: list[Any], kind: str, label: str) -> None:
-    """A list of maps (a Backbone or CBLinear row) feeds Index and CBFuse rows only; an Index row takes
+    """A list of maps (a Backbone, SimpleFeaturePyramid or CBLinear row) feeds Index and CBFuse rows only; an Index row takes
     such a list; a CBFuse row takes such lists then one map."""
     lists = [j for j, c in zip(row.inputs, ch_in) if isinstance(c, list)]
     if kind == "fuse":
@@ -170,7 +171,7 @@ def _check_map_inputs(row: Row, spec: DetectorSpec, ch_in: list[Any], kind: str,
                               f"to, e.g. [[10, 11, -1]]; got {row.from_!r}")
         return
     if kind == "index" and not lists:
-        raise ConfigError(f"{label}: row {row.index} field 'from': Index picks a map of a Backbone row's list, "
+        raise ConfigError(f"{label}: row {row.index} field 'from': Index picks a map of a Backbone row's list (or a pyramid's), "
                           f"but {row.from_!r} is a single map; point it at the Backbone row")
     if kind != "index" and lists:
         j = lists[0]
@@ -184,6 +185,19 @@ def _backbone_args(row: Row, args: list[Any], c1: int, label: str) -> tuple[list
         raise ConfigError(f"{label}: row {row.index} field 'args': {row.args!r}: a Backbone row takes [model name] or "
                           f"[model name, {{indices: [1, 2, 3], ...}}], e.g. [swin_tiny_patch4_window7_224]")
     return [args[0], args[1] if len(args) == 2 else None], {"in_channels": c1}
+
+
+def _pyramid_args(row: Row, args: list[Any], c1: int, spec: DetectorSpec, label: str) -> tuple[list[Any], list[int]]:
+    """A SimpleFeaturePyramid row's ``[c2]`` or ``[c2, [scales]]`` -> ``[c1, c2, scales]`` (``c2`` scaled by
+    width and capped, as a conv row's) and its list of output channels."""
+    c2 = args[0] if args else None
+    if (not isinstance(c2, int) or isinstance(c2, bool) or not 1 <= c2 <= MAX_CHANNELS or len(args) > 2
+            or (len(args) == 2 and not isinstance(args[1], list))):
+        raise ConfigError(f"{label}: row {row.index} field 'args': {row.args!r}: a SimpleFeaturePyramid row takes "
+                          f"[channels] or [channels, [scales]], e.g. [256, [2.0, 1.0, 0.5]]")
+    c2 = make_divisible(min(c2, spec.max_channels) * spec.width, 8)
+    scales = args[1] if len(args) == 2 else [2.0, 1.0, 0.5]
+    return [c1, c2, scales], [c2] * len(scales)
 
 
 def _index_args(row: Row, args: list[Any], maps: list[int], label: str) -> tuple[list[Any], int]:
@@ -449,6 +463,8 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             c2 = c1
         elif spec_m.kind == "backbone":
             args, kwargs = _backbone_args(row, args, c1, label)
+        elif spec_m.kind == "pyramid":
+            args, c2 = _pyramid_args(row, args, c1, spec, label)
         elif spec_m.kind == "index":
             args, c2 = _index_args(row, args, c1, label)
         elif spec_m.kind == "classify":
@@ -469,7 +485,7 @@ def build_from_spec(spec: DetectorSpec) -> DetectionModel:
             c2 = 0
         else:
             c2 = c1
-        if spec_m.kind in ("backbone", "index", "classify", "resnet", "torchvision", "rtdetr") and row.repeats != 1:
+        if spec_m.kind in ("backbone", "pyramid", "index", "classify", "resnet", "torchvision", "rtdetr") and row.repeats != 1:
             raise ConfigError(f"{label}: row {row.index} field 'repeats': a {row.module} row is built once; write 1")
         modules = [_construct(row, spec_m.factory, args, kwargs, label) for _ in range(n)]
         if spec_m.kind == "attention" and identity_start:

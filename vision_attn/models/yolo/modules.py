@@ -24,7 +24,10 @@ these classes. Kinds:
 - ``fuse``: CBFuse: takes several CBLinear rows then a target map; output channels = the target's.
 - ``backbone``: a registered model by name (``[swin_tiny_patch4_window7_224, {indices: [1, 2, 3]}]``);
   its output is a list of feature maps whose channel counts the module reports.
-- ``index``: picks one map of a backbone row's list (``[2]``, or ultralytics' ``[channels, 2]``).
+- ``pyramid``: SimpleFeaturePyramid ``[c2]`` or ``[c2, [scales]]``: one map (a ViT's stride-16 map) to a
+  list of maps, one per scale (default ``[2.0, 1.0, 0.5]``), each ``c2`` channels (scaled by width and
+  capped like a conv row's output).
+- ``index``: picks one map of a backbone or pyramid row's list (``[2]``, or ultralytics' ``[channels, 2]``).
 - ``classify``: the classification head, the last row: ``[nc]`` or ultralytics' ``[c2, k, s, p, g]``;
   receives ``[c_in, c2, *rest]`` (``c2``, the class count, is not scaled by width); no map follows it.
 - ``resnet``: ResNetLayer ``[c1, c2, s, is_first, n, e]`` as written (not scaled, as in ultralytics);
@@ -56,6 +59,7 @@ from vision_attn.models.yolo.elan import ELAN1, SPPELAN, AConv, ADown, RepNCSPEL
 from vision_attn.models.yolo.ghost import C3Ghost, GhostBottleneck, GhostConv
 from vision_attn.models.yolo.hgnet import HGBlock, HGStem
 from vision_attn.models.yolo.psa import C2PSA, PSA
+from vision_attn.models.yolo.pyramid import SimpleFeaturePyramid
 from vision_attn.models.yolo.resnet_rows import ResNetLayer
 from vision_attn.models.yolo.obb import OBB, OBB26
 from vision_attn.models.yolo.pose import Pose, Pose26
@@ -76,7 +80,7 @@ class ModuleSpec:
 
     factory: Callable[..., nn.Module]
     kind: str  # conv | concat | detect | classify | resnet | torchvision | attention | plain | split | fuse
-    # | backbone | index | hgnet | encoder | rtdetr
+    # | backbone | pyramid | index | hgnet | encoder | rtdetr
     repeat: bool = False  # the row's repeats go into the module (third argument)
     head_options: bool = True  # a detect row: the YAML's reg_max / end2end / legacy reach the head
     segment: bool = False  # a detect row of a segmentation head: args [nc, nm, npr]
@@ -145,6 +149,7 @@ MODULES: dict[str, ModuleSpec] = {
     # a create_model network's feature maps, and the row that picks one of them
     "Backbone": ModuleSpec(Backbone, "backbone"),
     "Index": ModuleSpec(Index, "index"),
+    "SimpleFeaturePyramid": ModuleSpec(SimpleFeaturePyramid, "pyramid"),  # ViTDet's: one map -> a list of maps
 }
 """Module name in a YAML row -> :class:`ModuleSpec`."""
 

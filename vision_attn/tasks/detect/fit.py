@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from vision_attn.models.yolo import build_detector
+from vision_attn.models.yolo import build_detector, load_yaml
+from vision_attn.models.yolo.backbone import without_backbone_weights
 from vision_attn.tasks.config import to_dict
 from vision_attn.tasks.detect.data import DetectionDataModule
 from vision_attn.tasks.detect.module import DetectionModule, load_detector_yaml
@@ -54,8 +55,9 @@ def build_detection(cfg, say: Echo, module_class: type = DetectionModule,
 
 
 def detection_shadow(module, cfg) -> tuple[Any, str]:
-    """The trained network's architecture, rebuilt from the module's YAML text (the runner counts its FLOPs)."""
-    net = build_detector(module.yaml_text, scale=module.model.scale, num_classes=module.hparams.num_classes,
+    """The trained network's architecture, rebuilt from the module's YAML text (the runner counts its FLOPs;
+    a Backbone row's pretrained file is not read for it)."""
+    net = build_detector(without_backbone_weights(load_yaml(module.yaml_text)[0]), scale=module.model.scale, num_classes=module.hparams.num_classes,
                          **module.network_options())
     return net, module.yaml_source
 

@@ -28,6 +28,7 @@ from vision_attn.io.atomic import write_json
 from vision_attn.io.resources import resolve_path
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo import build_detector, load_yaml
+from vision_attn.models.yolo.backbone import without_backbone_weights
 from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.tasks.detect.plots import draw_boxes, save_image
@@ -94,6 +95,8 @@ def load_detector_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path, 
                                   "before vision_attn recorded the YAML itself); give the YAML itself")
     if description is None:
         raise CheckpointError(f"{path}: not a vision_attn detection checkpoint (no detector YAML and state_dict)")
+    if weights and isinstance(description, dict):  # the run's weights replace a Backbone row's pretrained file
+        description = without_backbone_weights(description)
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
     with torch.device(device):
         model = build_detector(description, scale=ckpt.get("model_scale", hp.get("scale")),
