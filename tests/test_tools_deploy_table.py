@@ -38,6 +38,18 @@ def test_table_gives_each_metric_and_the_change_in_points():
                        "speed-up over torch fp32", "over the runtime's fp32"]
     assert cells[1] == ["openvino-int8 int8 QAT", "87.31", "98.00", "-0.69", "4.000", "2.50x", "1.80x"]
     assert table("segmenter", rows[:0])[0][1:3] == ["mask mAP@.5:.95", "box mAP@.5:.95"]
+    rows[1]["speedup_runtime"] = float("nan")  # its runtime's fp32 row not measured (--only)
+    assert table("detector", rows)[1][1][-1] == "n/a"
+
+
+def test_bf16_rows_need_the_instructions(monkeypatch, capsys):
+    from vision_attn.kernels import hardware
+    from tools.suites.deploy_table import _bf16
+
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda: False)
+    assert _bf16(Record("deploy_table", {}, "")) is False
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "no bfloat16 instructions" in lines[0] and "running fp32" in lines[0]
 
 
 def test_suite_skips_a_missing_run(tmp_path, capsys):

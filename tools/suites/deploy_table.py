@@ -28,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from tools.suites.harness import Param, Suite, alternate, log, median_ms, median_ratio
+from tools.suites.harness import CLOCKS, Param, Suite, alternate, log, median_ms, median_ratio
 
 # the task's evaluation report keys shown, by what an export of the run returns (Task.export_kind): the
 # first is the accuracy compared across rows
@@ -102,7 +102,7 @@ def table(kind: str, rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[li
     for r in rows:
         cells.append([r["variant"], *(f"{100 * r[key]:.2f}" for key, _ in metrics),
                       f"{100 * (r[metrics[0][0]] - first):+.2f}", f"{r['ms_per_image']:.3f}",
-                      f"{r['speedup']:.2f}x", f"{r['speedup_runtime']:.2f}x"])
+                      *(f"{r[k]:.2f}x" if r[k] == r[k] else "n/a" for k in ("speedup", "speedup_runtime"))])
     return headers, cells
 
 
@@ -198,7 +198,7 @@ def run(p, record) -> None:
         memory_format=torch.channels_last)
     with torch.inference_mode():
         times = alternate({k: (lambda f=f: f(x)) for k, (f, _) in built.items()}, p.rounds, warmup_calls=2,
-                          rotate=True)
+                          rotate=True, clock=CLOCKS[p.clock])
     ms = median_ms(times)
     out = []
     for v in rows:
@@ -208,7 +208,7 @@ def run(p, record) -> None:
                "speedup_runtime": median_ratio(times, v.base.name, v.name) if v.base.name in times else float("nan")}
         out.append(record.add("rows", row))
     record.line(f"{run_.label} ({task.name}) on {data}: {out[0]['images']} val images; latency at batch {p.batch}, "
-                f"{hw[0]}x{hw[1]}, {p.threads} threads, {p.rounds} rounds alternating")
+                f"{hw[0]}x{hw[1]}, {p.threads} threads, {p.rounds} rounds alternating, {p.clock} time")
     record.table(*table(task.export_kind, out))
 
 
@@ -224,4 +224,6 @@ SUITE = Suite("deploy_table", "accuracy and latency of a run in every runtime an
                   Param("eval_batch", 32, "evaluation batch"),
                   Param("rounds", 10, "alternating rounds", quick=1),
                   Param("threads", 2, "torch, onnxruntime and OpenVINO threads", quick=1),
+                  Param("clock", "wall", "wall time, or cpu: this process's CPU time (with --threads 1, figures that "
+                        "other work on a loaded machine cannot inflate)", choices=("wall", "cpu")),
               ), requires=("onnxruntime", "openvino", "nncf"), doc=__doc__)
