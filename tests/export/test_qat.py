@@ -94,3 +94,13 @@ def test_a_detectors_box_decoding_stays_in_float(tmp_path):
     ops = [re.fullmatch(r"__nncf_hooks\.(?:pre|post)_hooks\.(.+)__\d+\.\d+", n).group(1)
            for n, m in net.named_modules() if isinstance(m, BaseQuantizer)]
     assert len(ops) == 115 and not tail & set(ops)  # 122 with the decoding quantized
+
+
+def test_a_segmenter_calibrates_on_its_letterboxed_training_images():
+    from vision_attn.export.quantize import _calibration
+    from vision_attn.export.source import Deployable
+
+    dep = Deployable(torch.nn.Identity(), "segmenter", (32, 32), "seg")
+    batches = _calibration(dep, "demo:digit-masks", None, 4)  # a classifier's class folders it has none
+    assert sum(len(b) for b in batches) == 4 and batches[0].shape[1:] == (3, 32, 32)
+    assert 0 <= float(batches[0].min()) and float(batches[0].max()) <= 1  # pixels in [0, 1], as the network takes
