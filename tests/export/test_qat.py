@@ -104,3 +104,11 @@ def test_a_segmenter_calibrates_on_its_letterboxed_training_images():
     batches = _calibration(dep, "demo:digit-masks", None, 4)  # a classifier's class folders it has none
     assert sum(len(b) for b in batches) == 4 and batches[0].shape[1:] == (3, 32, 32)
     assert 0 <= float(batches[0].min()) and float(batches[0].max()) <= 1  # pixels in [0, 1], as the network takes
+
+
+def test_the_fine_tune_rebuilds_a_segmentation_module_with_the_runs_arguments():
+    from vision_attn.export.qat import _arguments
+    from vision_attn.tasks import get_task
+
+    seg, det = _arguments(get_task("seg").module), _arguments(get_task("det").module)
+    assert {"mask_gain", "lr"} <= seg and det < seg  # its own, and the detection module's it passes on

@@ -264,9 +264,20 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
 
 
 def _arguments(cls: type) -> set[str]:
+    """The keyword arguments ``cls(...)`` takes: its ``__init__``'s, and where that passes ``**kwargs`` on,
+    its base classes' (a segmentation module takes the detection module's)."""
     import inspect
 
-    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def _export_qdq(network: nn.Module, path: Path, dep: Deployable) -> None:
