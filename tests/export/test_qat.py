@@ -112,3 +112,19 @@ def test_the_fine_tune_rebuilds_a_segmentation_module_with_the_runs_arguments():
 
     seg, det = _arguments(get_task("seg").module), _arguments(get_task("det").module)
     assert {"mask_gain", "lr"} <= seg and det < seg  # its own, and the detection module's it passes on
+
+
+def test_the_fine_tune_builds_a_detector_from_its_recorded_yaml_not_a_moved_path(tmp_path):
+    from vision_attn.export.qat import _module_arguments
+    from vision_attn.io.state_dict import read_checkpoint
+    from vision_attn.tasks import get_task
+
+    ckpt = read_checkpoint(yolo_checkpoint(tmp_path / "best.ckpt", img_size=32))
+    ckpt["hyper_parameters"].update(yaml=str(tmp_path / "moved" / "yolov8.yaml"), lr=0.002)  # trained elsewhere
+    module = get_task("det").module
+    hp = _module_arguments(ckpt, module, 0.1)
+    assert hp["lr"] == pytest.approx(2e-4) and hp["warmup_epochs"] == 0 and hp["ema_decay"] is None
+    built = module(**hp).model
+    assert sum(p.numel() for p in built.parameters()) == sum(
+        v.numel() for k, v in ckpt["state_dict"].items() if k.startswith("model.") and v.is_floating_point()
+        and "running" not in k and "num_batches" not in k)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+import yaml
 from torch import nn
 
 from vision_attn.data import eval_transforms
@@ -233,7 +234,6 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
 
     file = run_checkpoint_path(run)
     ckpt = read_checkpoint(file)
-    hp = dict(ckpt.get("hyper_parameters") or {})
     task = get_task(ckpt.get("task") or load_deployable(checkpoint=str(run)).task)
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
     key = _data_key(task)
@@ -244,8 +244,7 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
     data_hp.update(num_workers=0, persistent_workers=False)
     if batch_size is not None:
         data_hp["batch_size"] = batch_size
-    hp.update(ema_decay=None, lr=float(hp.get("lr", 1e-3)) * lr_scale, warmup_epochs=0.0, pretrained=None)
-    hp = {k: v for k, v in hp.items() if k in _arguments(task.module)}
+    hp = _module_arguments(ckpt, task.module, lr_scale)
     with _quiet():
         module = task.module(**hp)
         datamodule = task.datamodule(**{k: v for k, v in data_hp.items() if k in _arguments(task.datamodule)})
@@ -261,6 +260,17 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
         trainer.fit(module, datamodule=datamodule)
     network.eval()
     return int(trainer.global_step)
+
+
+def _module_arguments(ckpt: dict[str, Any], module: type, lr_scale: float) -> dict[str, Any]:
+    """The arguments of the task's LightningModule for the fine-tune: the run's hyper-parameters, its
+    rate times ``lr_scale``, no warm-up, EMA or pretrained weights; a detector's YAML as the model
+    description the checkpoint records, not the path it was trained from (which may have moved)."""
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    hp.update(ema_decay=None, lr=float(hp.get("lr", 1e-3)) * lr_scale, warmup_epochs=0.0, pretrained=None)
+    if isinstance(ckpt.get("model_yaml"), dict) and "yaml" in hp:
+        hp["yaml"] = yaml.safe_dump(ckpt["model_yaml"], sort_keys=False)
+    return {k: v for k, v in hp.items() if k in _arguments(module)}
 
 
 def _arguments(cls: type) -> set[str]:
