@@ -13,10 +13,11 @@ import torch
 from vision_attn.cli import main
 from vision_attn.export.onnx import onnx_session, run_onnx
 from vision_attn.export.openvino import openvino_model, run_openvino
-from vision_attn.export.qat import quantize_aware
+from vision_attn.export.qat import fake_quantize, float_tail, quantize_aware
+from vision_attn.export.source import load_deployable
 from vision_attn.layers.mlp import Mlp
 from vision_attn.tasks import load_run
-from tests.checkpoints import classifier_checkpoint
+from tests.checkpoints import classifier_checkpoint, yolo_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,53 @@ def test_qat_refuses_a_layer_it_cannot_export(tmp_path, capsys, monkeypatch):
     assert len(err.splitlines()) == 1
     assert re.search(r"layer blocks\.0\.mlp \(Mlp\) calls aten::special_bessel_j0", err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]  # nothing written
+
+
+def test_a_detectors_box_decoding_stays_in_float(tmp_path):
+    """The DFL, the distance-to-box arithmetic and the scores' sigmoid (after the head's last trainable
+    convolutions) get no quantizer: 8-bit box sides cost mAP@.5:.95 that fine-tuning cannot recover."""
+    from nncf.torch.quantization.layers import BaseQuantizer
+
+    dep = load_deployable(checkpoint=str(yolo_checkpoint(tmp_path / "best.ckpt", img_size=32)))
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    tail = set(float_tail(dep.model.eval(), x[:1]))
+    assert {"dfl/softmax/0", "dfl/conv/conv2d/0", "/sub/0", "/div/0", "/mul/0", "/sigmoid/0"} <= tail
+    assert not any("conv2d" in op and not op.startswith("dfl/") for op in tail)  # the trainable layers are quantized
+    net = fake_quantize(dep.model, [x])
+    ops = [re.fullmatch(r"__nncf_hooks\.(?:pre|post)_hooks\.(.+)__\d+\.\d+", n).group(1)
+           for n, m in net.named_modules() if isinstance(m, BaseQuantizer)]
+    assert len(ops) == 115 and not tail & set(ops)  # 122 with the decoding quantized
+
+
+def test_a_segmenter_calibrates_on_its_letterboxed_training_images():
+    from vision_attn.export.quantize import _calibration
+    from vision_attn.export.source import Deployable
+
+    dep = Deployable(torch.nn.Identity(), "segmenter", (32, 32), "seg")
+    batches = _calibration(dep, "demo:digit-masks", None, 4)  # a classifier's class folders it has none
+    assert sum(len(b) for b in batches) == 4 and batches[0].shape[1:] == (3, 32, 32)
+    assert 0 <= float(batches[0].min()) and float(batches[0].max()) <= 1  # pixels in [0, 1], as the network takes
+
+
+def test_the_fine_tune_rebuilds_a_segmentation_module_with_the_runs_arguments():
+    from vision_attn.export.qat import _arguments
+    from vision_attn.tasks import get_task
+
+    seg, det = _arguments(get_task("seg").module), _arguments(get_task("det").module)
+    assert {"mask_gain", "lr"} <= seg and det < seg  # its own, and the detection module's it passes on
+
+
+def test_the_fine_tune_builds_a_detector_from_its_recorded_yaml_not_a_moved_path(tmp_path):
+    from vision_attn.export.qat import _module_arguments
+    from vision_attn.io.state_dict import read_checkpoint
+    from vision_attn.tasks import get_task
+
+    ckpt = read_checkpoint(yolo_checkpoint(tmp_path / "best.ckpt", img_size=32))
+    ckpt["hyper_parameters"].update(yaml=str(tmp_path / "moved" / "yolov8.yaml"), lr=0.002)  # trained elsewhere
+    module = get_task("det").module
+    hp = _module_arguments(ckpt, module, 0.1)
+    assert hp["lr"] == pytest.approx(2e-4) and hp["warmup_epochs"] == 0 and hp["ema_decay"] is None
+    built = module(**hp).model
+    assert sum(p.numel() for p in built.parameters()) == sum(
+        v.numel() for k, v in ckpt["state_dict"].items() if k.startswith("model.") and v.is_floating_point()
+        and "running" not in k and "num_batches" not in k)

@@ -42,20 +42,22 @@ def _speed(p, record) -> None:
     record.table(["model", "rate", "batch", "ms a call", "images/s", "tokens after the last block", "speed-up"], rows)
 
 
+def merged_runtime(r):
+    """The ``eval`` runtime (``vision_attn.tasks.runs.Runtime``) of a ViT with ``r`` tokens merged per block:
+    a copy of the run's network with ``set_token_merging(r)``, run in PyTorch."""
+    def build(model, hw, calibration):
+        twin = copy.deepcopy(model)
+        twin.set_token_merging(r)
+        return twin
+    return build
+
+
 def _accuracy(p, record) -> None:
     import tempfile
 
     from vision_attn.tasks import evaluate_classifier, train
 
     run, data = p.run, p.data
-
-    def merged_runtime(r):
-        def build(model, hw, calibration):
-            twin = copy.deepcopy(model)
-            twin.set_token_merging(r)
-            return twin
-        return build
-
     rows = []
     plain = evaluate_classifier(f"{run}/best.ckpt", data)["top1"]
     rows.append(["0", f"{100 * plain:.2f}%", ""])

@@ -38,8 +38,9 @@ def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> Non
                        ".onnx, e.g. `export quantize --qat`'s) instead of quantizing the run here")
 
 
-def runtime_of(args: argparse.Namespace) -> Runtime | None:
-    """The factory for ``args.runtime`` (None: PyTorch itself)."""
+def runtime_of(args: argparse.Namespace, precision: str = "fp32") -> Runtime | None:
+    """The factory for ``args.runtime`` (None: PyTorch itself); ``precision``: ``fp32``, or ``bf16`` for the
+    runtimes that run it (:func:`~vision_attn.export.runtimes.check_precision`)."""
     if args.runtime == "torch":
         if getattr(args, "int8_model", None) is not None:
             from vision_attn.errors import ConfigError
@@ -56,7 +57,7 @@ def runtime_of(args: argparse.Namespace) -> Runtime | None:
         int8_model = getattr(args, "int8_model", None)
         batches = (calibration() if calibration is not None and args.runtime in CALIBRATED and int8_model is None
                    else None)
-        return RuntimeModel(model, args.runtime, hw, threads=torch.get_num_threads(), calibration=batches,
-                            int8_model=int8_model)
+        return RuntimeModel(model, args.runtime, hw, precision=precision, threads=torch.get_num_threads(),
+                            calibration=batches, int8_model=int8_model)
 
     return build

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+import yaml
 from torch import nn
 
 from vision_attn.data import eval_transforms
@@ -53,15 +54,17 @@ from vision_attn.io.atomic import atomic_folder, write_json
 from vision_attn.io.state_dict import read_checkpoint, run_checkpoint_path
 from vision_attn.tasks.registry import get_task
 
-__all__ = ["QatReport", "quantize_aware", "fake_quantize", "QAT_FILES", "PARITY_SCALE"]
+__all__ = ["QatReport", "quantize_aware", "fake_quantize", "float_tail", "QAT_FILES", "PARITY_SCALE"]
 
 QAT_FILES = {"openvino": "model.int8.xml", "onnxruntime": "model.qdq.onnx"}
 # int8 kernels round where the fake quantization rounds in float32 (and sum in another order): the INT8
 # model may differ from the fake-quantized PyTorch one by a few quantization steps at an output
-# (measured: 2e-3 of logits up to 0.4 on the test's ViT, 0.022 of logits up to about 10 on the demo
-# classifier); the check allows 1% of the largest output (at least 1e-2), 100x the FP32 export's
-# tolerance per unit of output
-PARITY_SCALE = 100.0
+# (measured: 2e-3 of logits up to 0.4 on the test's ViT; on the demo classifier 0.022 of logits up to
+# about 10 on one AVX-512 host, 0.032 of 3.7 after calibration alone and 0.063 of about 4 after one
+# epoch on another, with VNNI and AMX, in onnxruntime); the check allows 3% of the largest output (at
+# least 3e-2), 300x the FP32 export's tolerance per unit of output: a wrong graph is off by the
+# output's own size
+PARITY_SCALE = 300.0
 
 
 @dataclass
@@ -159,8 +162,10 @@ def fake_quantize(model: nn.Module, batches: list[torch.Tensor], *, label: str =
     nncf.set_log_level(logging.ERROR)
     _reference_fake_quantize()
     model.eval()
+    tail = float_tail(model, batches[0][:1])
     options = {"subset_size": sum(len(b) for b in batches),
-               "model_type": nncf.ModelType.TRANSFORMER if is_transformer(model) else None}
+               "model_type": nncf.ModelType.TRANSFORMER if is_transformer(model) else None,
+               "ignored_scope": nncf.IgnoredScope(names=tail, validate=False) if tail else None}
     failed: list[str] = []
     try:
         with _quiet(), _layer_stack(model) as stack:
@@ -174,6 +179,29 @@ def fake_quantize(model: nn.Module, batches: list[torch.Tensor], *, label: str =
         raise ExportError(f"{label}: NNCF cannot quantize {where}: {type(e).__name__}: {detail}; quantization-aware "
                           "training needs every layer traceable by NNCF (use export quantize --static, or "
                           "replace the layer)") from None
+
+
+def float_tail(model: nn.Module, example: torch.Tensor) -> list[str]:
+    """NNCF's names of the operations of ``model`` after its last trainable layers: those from which no
+    convolution, linear layer or product with a trainable weight is reached on the way to the outputs.
+    A detector's are its box decoding (the DFL's softmax and its fixed convolution, the distance-to-box
+    arithmetic, the sigmoid of the scores and the concatenation of the rows); quantized, they round
+    box sides to 8 bits of the image (0.6-2.5 px at 160 px, a loss of mAP@.5:.95 that fine-tuning
+    cannot train away, the quantized steps being after every weight). They stay in floating point, as
+    OpenVINO's own YOLO recipes keep the head's decoding; a classifier's head ends with its last linear
+    layer, so it has none."""
+    from nncf.torch.function_hook.nncf_graph.nncf_graph_builder import build_nncf_graph
+
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    with _quiet():
+        graph = build_nncf_graph(model, example)
+    reaches: dict[str, bool] = {}  # whether a trainable-weight operation is this node or after it
+    order = graph.topological_sort()
+    for node in reversed(order):
+        weighted = any(p.node_name in trainable for p in graph.get_previous_nodes(node))
+        reaches[node.node_name] = weighted or any(reaches[n.node_name] for n in graph.get_next_nodes(node))
+    ops = [n for n in order if n.node_type not in ("nncf_model_input", "nncf_model_output", "nncf_model_const")]
+    return [n.node_name for n in ops if not reaches[n.node_name]]
 
 
 def _quantizers(model: nn.Module) -> list[nn.Module]:
@@ -206,7 +234,6 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
 
     file = run_checkpoint_path(run)
     ckpt = read_checkpoint(file)
-    hp = dict(ckpt.get("hyper_parameters") or {})
     task = get_task(ckpt.get("task") or load_deployable(checkpoint=str(run)).task)
     data_hp = dict(ckpt.get("datamodule_hyper_parameters") or {})
     key = _data_key(task)
@@ -217,8 +244,7 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
     data_hp.update(num_workers=0, persistent_workers=False)
     if batch_size is not None:
         data_hp["batch_size"] = batch_size
-    hp.update(ema_decay=None, lr=float(hp.get("lr", 1e-3)) * lr_scale, warmup_epochs=0.0, pretrained=None)
-    hp = {k: v for k, v in hp.items() if k in _arguments(task.module)}
+    hp = _module_arguments(ckpt, task.module, lr_scale)
     with _quiet():
         module = task.module(**hp)
         datamodule = task.datamodule(**{k: v for k, v in data_hp.items() if k in _arguments(task.datamodule)})
@@ -236,10 +262,32 @@ def _finetune(run: str | os.PathLike, network: nn.Module, data: str | None, *, e
     return int(trainer.global_step)
 
 
+def _module_arguments(ckpt: dict[str, Any], module: type, lr_scale: float) -> dict[str, Any]:
+    """The arguments of the task's LightningModule for the fine-tune: the run's hyper-parameters, its
+    rate times ``lr_scale``, no warm-up, EMA or pretrained weights; a detector's YAML as the model
+    description the checkpoint records, not the path it was trained from (which may have moved)."""
+    hp = dict(ckpt.get("hyper_parameters") or {})
+    hp.update(ema_decay=None, lr=float(hp.get("lr", 1e-3)) * lr_scale, warmup_epochs=0.0, pretrained=None)
+    if isinstance(ckpt.get("model_yaml"), dict) and "yaml" in hp:
+        hp["yaml"] = yaml.safe_dump(ckpt["model_yaml"], sort_keys=False)
+    return {k: v for k, v in hp.items() if k in _arguments(module)}
+
+
 def _arguments(cls: type) -> set[str]:
+    """The keyword arguments ``cls(...)`` takes: its ``__init__``'s, and where that passes ``**kwargs`` on,
+    its base classes' (a segmentation module takes the detection module's)."""
     import inspect
 
-    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def _export_qdq(network: nn.Module, path: Path, dep: Deployable) -> None:

@@ -251,8 +251,9 @@ def _latency_ms(steps: dict[str, Callable[[], object]], batch: int, rounds: int)
 
 def _calibration(dep: Deployable, data: str | os.PathLike, transform: Callable, images: int) -> list[torch.Tensor]:
     """Calibration batches of ``data``'s training split as ``dep`` sees them: a classifier's through its
-    evaluation transform, a detector's letterboxed to its square input."""
-    if dep.kind == "detector":
+    evaluation transform, a detector's (and any box model's: segmenter, pose, oriented boxes) letterboxed
+    to its square input."""
+    if dep.boxes:
         return detection_calibration(data, dep.input_size[0], images=images)
     return folder_calibration(data, transform, dep.classes, images=images)
 
