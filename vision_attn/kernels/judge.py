@@ -31,7 +31,7 @@ from vision_attn.kernels.timing import round_seconds
 
 __all__ = ["judge_plan", "candidates", "example_images", "MARGIN", "STEADY"]
 
-MARGIN = 0.03
+MARGIN = 0.015
 """The share of PyTorch's step time a candidate must save to be chosen over PyTorch's kernels."""
 
 STEADY = 0.05
