@@ -154,7 +154,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, input_size: tuple[int
                 never = re.search(r"operator '([^']+)' to ONNX opset version \d+ is not supported", str(e))
                 if m is None and never and exporter == "torchscript":  # no opset helps: e.g. antialiased resizing
                     raise ConfigError(f"ONNX export (torchscript) of {type(model).__name__} at {input_size[0]}x"
-                                      f"{input_size[1]}: the TorchScript exporter cannot write {never.group(1)} at "
+                                      f"{input_size[1]}: the TorchScript exporter cannot write the operator '{never.group(1)}' at "
                                       "any opset; use --exporter dynamo (the default), which writes it") from None
                 detail = (f"the graph uses {m.group(1)}, which this exporter writes from opset {m.group(2)}; use "
                           f"--opset {m.group(2)} or higher" if m else str(e).splitlines()[0])
