@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_flatten
 
 from vision_attn.analysis.flops import flop_counter
 from vision_attn.errors import ConfigError
-from vision_attn.kernels import (KernelPlan, accelerate, current_plan, example_images, fused_linear, judge_plan, kernel_plan,
+from vision_attn.kernels import (KernelPlan, accelerate, current_plan, example_images, fused_linear, judged_plan, kernel_plan,
                                  needs_kernels)
 from vision_attn.optimizers import OPTIMIZERS, build_optimizer
 
@@ -367,12 +367,10 @@ def on_fast_paths(model: nn.Module, *, batch: int, img_size: int | tuple[int, in
     """One of our models as it runs in training or the torch-frozen runtime: with the process's measured
     plan judged on this very step on the CPU (:func:`~vision_attn.kernels.judge_plan`; None: the
     process's plan as it is), then accelerated in place for that plan (:func:`~vision_attn.kernels.accelerate`)."""
-    plan, judged = current_plan(), None
     dtype = PRECISIONS[precision] if precision != "fp32" else None
-    if torch.device(device).type == "cpu" and plan.name == "measured":
-        inputs = example_images(batch, img_size)
-        plan = judged = judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=dtype)[1]
-    return accelerate(model, kernels=needs_kernels(plan, dtype or torch.float32)), judged
+    judged = (judged_plan(model, example_images(batch, img_size), train=train, autocast=dtype)
+              if torch.device(device).type == "cpu" else None)
+    return accelerate(model, kernels=needs_kernels(judged or current_plan(), dtype or torch.float32)), judged
 
 
 def benchmark_models(

@@ -76,7 +76,7 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
                 if rt != "torch":
                     hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
                     models[f"{target.name} [{rt}]"] = RuntimeModel(target.model, rt, hw, precision=precision,
-                                                                   threads=torch.get_num_threads())
+                                                                   threads=torch.get_num_threads(), batch=batch)
                     if "torch" in runtimes:
                         pairs[f"{target.name} [{rt}]"] = target.name
             if args.vs == "timm":

@@ -15,10 +15,13 @@ inputs (the same kernels and speed as a model calibrated on real images, for ``b
 model) run instead of quantizing the export here.
 ``torch-frozen`` is no export: a copy of the model readied once by :func:`vision_attn.kernels.freeze`
 (weights in the precision, linear weights in oneDNN's layout), run eagerly on inputs cast to the
-precision, its outputs returned in float32.
+precision, its outputs returned in float32, under the process's kernel plan judged on this model's
+inference step at ``batch`` (:func:`vision_attn.kernels.judged_plan`), as training and ``benchmark``
+judge theirs.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -35,7 +38,7 @@ from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
 from vision_attn.export.outputs import graph_outputs, one_or_tuple
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
-from vision_attn.kernels import freeze
+from vision_attn.kernels import KernelPlan, example_images, freeze, judged_plan, kernel_plan
 
 __all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
 
@@ -69,11 +72,12 @@ def check_precision(runtime: str, precision: str) -> None:
 class RuntimeModel(nn.Module):
     """``model`` exported and run in ``runtime`` (one of :data:`RUNTIMES` but torch) for inputs of
     ``input_size`` (any batch), with ``threads`` (default torch's) and ``precision``; ``calibration``:
-    batches of real inputs for the activation ranges of the static INT8 runtimes (:data:`CALIBRATED`)."""
+    batches of real inputs for the activation ranges of the static INT8 runtimes (:data:`CALIBRATED`);
+    ``batch``: the batch size ``torch-frozen``'s kernel plan is judged at."""
 
     def __init__(self, model: nn.Module, runtime: str, input_size: tuple[int, int], *, precision: str = "fp32",
                  threads: int | None = None, calibration: list[torch.Tensor] | None = None,
-                 int8_model: str | os.PathLike | None = None) -> None:
+                 int8_model: str | os.PathLike | None = None, batch: int = 1) -> None:
         super().__init__()
         if runtime not in RUNTIMES[1:]:
             raise ConfigError(f"runtime {runtime!r}: choose {', '.join(RUNTIMES[1:])} (torch is the model itself)")
@@ -91,8 +95,11 @@ class RuntimeModel(nn.Module):
         outputs = graph_outputs(model)
         if runtime == "torch-frozen":
             dtype = DTYPES[precision]
-            frozen = freeze(copy.deepcopy(model), dtype)
-            self._run = lambda x: _run_frozen(frozen, x, dtype)
+            plan = judged_plan(model, example_images(batch, input_size), train=False,
+                               autocast=dtype if dtype != torch.float32 else None)
+            with kernel_plan(plan) if plan is not None else contextlib.nullcontext():
+                frozen = freeze(copy.deepcopy(model), dtype)
+            self._run = lambda x: _run_frozen(frozen, x, dtype, plan)
         elif int8_model is not None and runtime.startswith("onnxruntime"):
             session = onnx_session(int8_model, threads)
             self._run = lambda x: one_or_tuple(run_onnx(session, x))
@@ -142,9 +149,11 @@ def _quantized_file(runtime: str, path: str | os.PathLike) -> Path:
     return path
 
 
-def _run_frozen(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | tuple[torch.Tensor, ...]:
+def _run_frozen(model: nn.Module, x: torch.Tensor, dtype: torch.dtype,
+                plan: KernelPlan | None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """A frozen model's outputs in float32 for a float32 input, outside any caller's autocast (which
-    would cast some of its bf16 ops back to float32)."""
-    with torch.inference_mode(), torch.autocast(x.device.type, enabled=False):
+    would cast some of its bf16 ops back to float32), under ``plan`` (None: the process's)."""
+    with (torch.inference_mode(), torch.autocast(x.device.type, enabled=False),
+          kernel_plan(plan) if plan is not None else contextlib.nullcontext()):
         out = model(x.to(dtype))
     return tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)

@@ -21,7 +21,7 @@ from vision_attn.kernels.attention import MAX_EXPLICIT_TOKENS, packed_sdpa, sdpa
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.freeze import freeze
 from vision_attn.kernels.hardware import cpu_has_bf16, runnable_precision
-from vision_attn.kernels.judge import example_images, judge_plan
+from vision_attn.kernels.judge import example_images, judge_plan, judged_plan
 from vision_attn.kernels.capture import capturing_graph, fx_tracing, onnx_exporting, tracing
 from vision_attn.kernels.linear import FusedLinear, fused_linear, linear_act
 from vision_attn.kernels.onednn import FLOP_FORMULAS, onednn_works
@@ -39,7 +39,7 @@ from vision_attn.kernels.plan import (
 
 __all__ = [
     "FusedLinear", "fused_linear", "linear_act", "sdpa", "packed_sdpa", "deformable_sample", "MAX_EXPLICIT_TOKENS",
-    "onednn_works", "cpu_has_bf16", "runnable_precision", "accelerate", "needs_kernels", "freeze", "judge_plan", "example_images",
+    "onednn_works", "cpu_has_bf16", "runnable_precision", "accelerate", "needs_kernels", "freeze", "judge_plan", "judged_plan", "example_images",
     "tracing", "capturing_graph", "onnx_exporting", "fx_tracing",
     "KernelPlan", "KernelChoice", "LinearKernels", "PLAN_NAMES", "ENV", "current_plan", "set_kernel_plan",
     "kernel_plan", "resolve_plan", "FLOP_FORMULAS",

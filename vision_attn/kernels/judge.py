@@ -26,10 +26,10 @@ from torch.utils._pytree import tree_leaves
 
 from vision_attn.kernels.cache import cached_measurement, plan_key
 from vision_attn.kernels.fast_paths import accelerate, needs_kernels
-from vision_attn.kernels.plan import ATEN, LinearKernels, KernelPlan, kernel_plan
+from vision_attn.kernels.plan import ATEN, LinearKernels, KernelPlan, current_plan, kernel_plan
 from vision_attn.kernels.timing import round_seconds
 
-__all__ = ["judge_plan", "candidates", "example_images", "MARGIN", "STEADY"]
+__all__ = ["judge_plan", "judged_plan", "candidates", "example_images", "MARGIN", "STEADY"]
 
 MARGIN = 0.015
 """The share of PyTorch's step time a candidate must save to be chosen over PyTorch's kernels."""
@@ -132,3 +132,13 @@ def judge_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool, plan: Ker
     verdict = cached_measurement(key, measure, lambda e: isinstance(e, dict) and e.get("choice") in options,
                                  keep=lambda e: e["steady"])
     return verdict["choice"], options[verdict["choice"]], verdict.get("seconds", {})
+
+
+def judged_plan(model: nn.Module, inputs: torch.Tensor, *, train: bool,
+                autocast: torch.dtype | None = None) -> KernelPlan | None:
+    """The process's plan judged on ``model``'s step (:func:`judge_plan`) where it is the measured plan
+    and ``inputs`` are on the CPU; None where the process's plan holds as it is (a fixed plan, a GPU)."""
+    plan = current_plan()
+    if plan.name != "measured" or inputs.device.type != "cpu":
+        return None
+    return judge_plan(model, inputs, train=train, plan=plan.resolved(), autocast=autocast)[1]
