@@ -45,3 +45,33 @@ def test_eval_det_in_openvino_gives_pytorchs_map(tmp_path, capsys):
     assert ov["map50"] == pytest.approx(torch_report["map50"], abs=1e-3)
     for int8 in (ov8, qdq):
         assert 0 <= int8["map50"] <= 1 and int8["images"] == torch_report["images"] == 8 and int8["detections"] > 0
+
+
+def test_torch_frozen_runs_the_plan_judged_on_its_inference_step_in_float32(monkeypatch):
+    import torch
+
+    import vision_attn
+    from vision_attn.export import runtimes
+    from vision_attn.kernels import current_plan, kernel_plan, resolve_plan
+
+    seen = []
+
+    def judged(model, inputs, *, train, autocast=None):
+        seen.append((tuple(inputs.shape), train, autocast))
+        return resolve_plan("aten")  # the judge's verdict: PyTorch's kernels
+
+    monkeypatch.setattr(runtimes, "judged_plan", judged)
+    frozen_under = []
+    freeze = runtimes.freeze
+    monkeypatch.setattr(runtimes, "freeze", lambda m, dtype: (frozen_under.append(current_plan().choice(dtype)), freeze(m, dtype))[1])
+    model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=3).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with kernel_plan("onednn"):  # the process's plan would put oneDNN's products in
+        frozen = runtimes.RuntimeModel(model, "torch-frozen", (32, 32), batch=4)
+        assert seen == [((4, 3, 32, 32), False, None)]
+        assert frozen_under == [resolve_plan("aten").choice(torch.float32)]  # frozen under the verdict
+        with torch.no_grad():
+            torch.testing.assert_close(frozen(x), model(x), atol=1e-5, rtol=1e-5)
+        runtimes.RuntimeModel(model, "torch-frozen", (32, 32), precision="bf16", batch=4)
+        assert len(seen) == 1  # bfloat16: the process's plan, not judged on an autocast step
+        assert frozen_under[1] == resolve_plan("onednn").choice(torch.bfloat16) != frozen_under[0]

@@ -15,9 +15,9 @@ inputs (the same kernels and speed as a model calibrated on real images, for ``b
 model) run instead of quantizing the export here.
 ``torch-frozen`` is no export: a copy of the model readied once by :func:`vision_attn.kernels.freeze`
 (weights in the precision, linear weights in oneDNN's layout), run eagerly on inputs cast to the
-precision, its outputs returned in float32, under the process's kernel plan judged on this model's
-inference step at ``batch`` (:func:`vision_attn.kernels.judged_plan`), as training and ``benchmark``
-judge theirs.
+precision, its outputs returned in float32; in float32 under the process's kernel plan judged on this
+model's inference step at ``batch`` (:func:`vision_attn.kernels.judged_plan`), as training and
+``benchmark`` judge theirs; in bfloat16 under the process's plan.
 """
 from __future__ import annotations
 
@@ -95,8 +95,9 @@ class RuntimeModel(nn.Module):
         outputs = graph_outputs(model)
         if runtime == "torch-frozen":
             dtype = DTYPES[precision]
-            plan = judged_plan(model, example_images(batch, input_size), train=False,
-                               autocast=dtype if dtype != torch.float32 else None)
+            # judged in float32 only: the judge times eager steps, under autocast for bf16, which a model
+            # frozen in bfloat16 does not run (its measured plan's explicit attention wins there)
+            plan = judged_plan(model, example_images(batch, input_size), train=False) if dtype == torch.float32 else None
             with kernel_plan(plan) if plan is not None else contextlib.nullcontext():
                 frozen = freeze(copy.deepcopy(model), dtype)
             self._run = lambda x: _run_frozen(frozen, x, dtype, plan)
