@@ -64,7 +64,7 @@ def init_trunc_normal(model: nn.Module, std: float = 0.02) -> None:
 
 class NormPoolClassifier:
     """timm's classifier interface over a :class:`~vision_attn.layers.norm_head.NormPoolHead` kept
-    at ``self.head`` (ConvNeXt, Hiera)."""
+    at ``self.head`` (ConvNeXt, Hiera), and the forward through the levels into it."""
 
     head: nn.Module
     num_classes: int
@@ -82,6 +82,20 @@ class NormPoolClassifier:
         pooling."""
         self.num_classes = num_classes
         self.head.reset(num_classes, global_pool)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) -> the last level's output, before the head: the levels of
+        :class:`TimmContract`'s hooks (``_begin``, ``_levels``, ``_run_level``) in turn."""
+        x, _ = self._begin(x)  # type: ignore[attr-defined]
+        for i in range(len(self._levels())):  # type: ignore[attr-defined]
+            x = self._run_level(i, x, None)  # type: ignore[attr-defined]
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
 
 
 class TimmContract:

@@ -77,20 +77,6 @@ class ConvNeXt(NormPoolClassifier, TimmContract, nn.Module):
     def no_weight_decay(self) -> set[str]:
         return set()
 
-    # ---------------------------------------------------------------- forward
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> the last map (B, dims[-1], H/32, W/32), before the head."""
-        x, _ = self._begin(x)
-        for i in range(len(self.stages)):
-            x = self._run_level(i, x, None)
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
     # ---------------------------------------------------------------- timm's contract: four stages
     def _levels(self) -> nn.Sequential:
         return self.stages

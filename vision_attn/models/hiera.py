@@ -73,19 +73,6 @@ class HieraStages(NormPoolClassifier, TimmContract, nn.Module):
                 nn.init.trunc_normal_(p, std=0.02)
         init_trunc_normal(self)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images -> the last stage's output, before the head."""
-        x, _ = self._begin(x)
-        for i in range(len(self._levels())):
-            x = self._run_level(i, x, None)
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        return self.head(x, pre_logits=pre_logits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
     def _levels(self) -> list[nn.ModuleList]:
         starts = [0] + [e + 1 for e in self.stage_ends[:-1]]
         return [self.blocks[s: e + 1] for s, e in zip(starts, self.stage_ends) if s < len(self.blocks)]
