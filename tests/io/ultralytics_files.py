@@ -34,14 +34,24 @@ def save_like_trainer(yaml_name: str, folder: Path, nc: int = 3, seed: int = 0,
     class names ``names`` (default class0, class1, ...), training size ``imgsz``; ``model_class`` the
     ultralytics model class its trainer builds (``SegmentationModel`` for a -seg YAML)."""
     tasks = import_ultralytics("ultralytics.nn.tasks")
-    trainer = import_ultralytics("ultralytics.engine.trainer")
-    torch_utils = import_ultralytics("ultralytics.utils.torch_utils")
-    cfg = import_ultralytics("ultralytics.cfg")
     torch.manual_seed(seed)
     model = getattr(tasks, model_class)(yaml_name, nc=nc, verbose=False)
     randomise(model, seed)
-    model.names = dict(enumerate(names or [f"class{i}" for i in range(nc)]))
-    model.args = cfg.get_cfg(overrides={"data": "data.yaml", "imgsz": imgsz})
+    return save_model_like_trainer(model, folder, names or [f"class{i}" for i in range(nc)], imgsz=imgsz)
+
+
+def save_model_like_trainer(model: torch.nn.Module, folder: Path, names: list[str], *, imgsz: int,
+                            data: str = "data.yaml", task: str | None = None) -> tuple[Path, Path]:
+    """Write the ultralytics ``model`` (its weights as they are) as its trainer writes ``folder/last.pt``
+    (ultralytics' ``BaseTrainer.save_model``: the fp16 EMA, the optimizer state, ``train_args`` with ``data``,
+    ``imgsz`` and ``task``, which ultralytics' loader takes the task from: ``obb`` for an OBBModel; default
+    its configuration's ``detect``) and ``folder/best.pt`` (a copy through ``strip_optimizer``); class names
+    ``names``."""
+    trainer = import_ultralytics("ultralytics.engine.trainer")
+    torch_utils = import_ultralytics("ultralytics.utils.torch_utils")
+    cfg = import_ultralytics("ultralytics.cfg")
+    model.names = dict(enumerate(names))
+    model.args = cfg.get_cfg(overrides={"data": data, "imgsz": imgsz, **({"task": task} if task else {})})
     folder.mkdir(parents=True, exist_ok=True)
     state = SimpleNamespace(
         ema=torch_utils.ModelEMA(model), model=model, epoch=0, best_fitness=0.5, fitness=0.5,

@@ -7,11 +7,12 @@ and detections ``{image_id, rboxes (m, 5), scores (m,), labels (m,)}``. pycocoto
 rest exactly as for boxes (greedy matching by score per class and image, 10 IoU thresholds .5:.95,
 101-point precision, areas ``w * h``), with :func:`~vision_attn.evaluation.rotated_iou.rotated_iou`
 in place of the axis-aligned IoU. On boxes with r = 0 it gives :func:`~vision_attn.evaluation.coco_map`'s
-numbers.
+numbers. ``iou``: another IoU of oriented boxes ((N, 5), (M, 5) -> (N, M)) to match with, e.g. a ProbIoU to
+see what ultralytics' matching makes of the same detections (the polygon's is the DOTA devkit's measure).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from pycocotools.cocoeval import COCOeval
@@ -35,7 +36,9 @@ __all__ = ["obb_map", "RotatedCOCOeval"]
 
 
 class RotatedCOCOeval(COCOeval):
-    """COCOeval whose IoU is the oriented boxes' (each annotation and result carries ``rbox``)."""
+    """COCOeval whose IoU is the oriented boxes' (each annotation and result carries ``rbox``): :attr:`iou`."""
+
+    iou: Callable[[np.ndarray, np.ndarray], np.ndarray] = staticmethod(rotated_iou)
 
     def computeIoU(self, imgId: int, catId: int) -> Any:  # noqa: N802 (pycocotools' name)
         p = self.params
@@ -44,7 +47,7 @@ class RotatedCOCOeval(COCOeval):
         if not gt or not dt:
             return []
         order = np.argsort([-d["score"] for d in dt], kind="mergesort")[:p.maxDets[-1]]
-        return rotated_iou(np.array([dt[i]["rbox"] for i in order]), np.array([g["rbox"] for g in gt]))
+        return self.iou(np.array([dt[i]["rbox"] for i in order]), np.array([g["rbox"] for g in gt]))
 
 
 def _rboxes(value: Any, what: str) -> np.ndarray:
@@ -61,7 +64,8 @@ def _enclosing(r: np.ndarray) -> list[list[float]]:
 
 
 def obb_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapping[str, Any]], *,
-            names: Sequence[str], category_ids: Sequence[int], max_dets: int = 100) -> CocoResult:
+            names: Sequence[str], category_ids: Sequence[int], max_dets: int = 100,
+            iou: Callable[[np.ndarray, np.ndarray], np.ndarray] = rotated_iou) -> CocoResult:
     """COCO-style AP of oriented boxes (see the module docstring)."""
     ids = check_category_mapping(names, category_ids)
     nc = len(names)
@@ -90,5 +94,7 @@ def obb_map(ground_truth: Sequence[Mapping[str, Any]], detections: Sequence[Mapp
         return empty_result(names, n_gt)
     categories = [{"id": cid, "name": str(n)} for cid, n in zip(ids, names)]
     dataset = {"images": images, "annotations": annotations, "categories": categories}
-    precision, stats = _evaluate(dataset, results, "pycocotools", max_dets, "bbox", evaluator=RotatedCOCOeval)
+    evaluator = RotatedCOCOeval if iou is rotated_iou else type("RotatedCOCOeval", (RotatedCOCOeval,),
+                                                                 {"iou": staticmethod(iou)})
+    precision, stats = _evaluate(dataset, results, "pycocotools", max_dets, "bbox", evaluator=evaluator)
     return summarise(precision, stats, names, ids, n_gt)
