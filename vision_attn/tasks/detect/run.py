@@ -39,7 +39,8 @@ from vision_attn.tasks.task import Listing, Options
 
 __all__ = ["load_detector", "load_detector_run", "load_headed_run", "detector_checkpoint", "ultralytics_run_checkpoint",
            "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList", "OfBatch",
-           "detections_of_batch", "batched", "inference", "evaluation_set", "predict_files", "predict_frames"]
+           "detections_of_batch", "batched", "inference", "evaluation_set", "predict_files", "predict_frames",
+           "map_listing"]
 
 
 def _run_checkpoint(model_yaml: dict[str, Any], scale: str | None, state: dict[str, torch.Tensor], *,
@@ -371,12 +372,30 @@ def fmt_ap(v: float | None) -> str:
     return "n/a" if v is None or v != v else f"{v:.3f}"
 
 
+def map_listing(report: dict[str, Any], column: str, *parts: tuple[str, str]) -> Listing:
+    """The per-class AP table of a detection-like task's evaluation report and its mAP line, one (label,
+    key) part per mAP it reports: the report's ``KEY_map``, ``KEY_map50`` and ``per_class_KEY`` (the key
+    ``""``: ``map``, ``map50``, ``per_class``, the box mAP); ``column``: the header of the instance counts.
+    The line names every label, the columns only where there are several parts."""
+
+    def pre(label: str) -> str:
+        return f"{label} " if label else ""
+
+    def maps(key: str) -> tuple[float, float]:
+        return report[f"{key}_map" if key else "map"], report[f"{key}_map50" if key else "map50"]
+
+    heads = [f"{pre(label) if len(parts) > 1 else ''}{ap}" for label, _ in parts for ap in ("AP@[.5:.95]", "AP@.5")]
+    tables = [report[f"per_class_{key}" if key else "per_class"] for _, key in parts]
+    rows = [(name, str(row["boxes"]), *(fmt_ap(t[name][ap]) for t in tables for ap in ("ap", "ap50")))
+            for name, row in report["per_class"].items()]
+    line = "; ".join("{}mAP@[.5:.95] {:.4f}, mAP@.5 {:.4f}".format(pre(label), *maps(key)) for label, key in parts)
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", column, *heads), rows, line)
+
+
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class AP table of an :func:`evaluate_detector` report, and its mAP line."""
-    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "boxes", "AP@[.5:.95]", "AP@.5"), rows,
-                   f"mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+    return map_listing(report, "boxes", ("", ""))
 
 
 def detections_cell(r: dict[str, Any]) -> str:

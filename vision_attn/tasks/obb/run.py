@@ -24,8 +24,8 @@ from vision_attn.evaluation import obb_map
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo.obb import OBB
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess_rotated, rotated_to_original
-from vision_attn.tasks.detect.run import (batched, evaluation_set, fmt_ap, inference, load_headed_run, predict_files,
-                                         predict_frames, predictor)
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.obb.plots import draw_rotated
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult
@@ -117,10 +117,7 @@ def predict_rotated_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class rotated-box AP table of an :func:`evaluate_obb` report, and its mAP line."""
-    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "oriented boxes", "AP@[.5:.95]", "AP@.5"), rows,
-                   f"rotated-box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+    return map_listing(report, "oriented boxes", ("rotated-box", ""))
 
 
 def rotated_cell(r: dict[str, Any]) -> str:

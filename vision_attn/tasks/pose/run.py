@@ -27,8 +27,8 @@ from vision_attn.evaluation import coco_map, keypoint_map
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo.pose import Pose
 from vision_attn.models.yolo.postprocess import is_end_to_end, keypoints_to_original, postprocess, to_original
-from vision_attn.tasks.detect.run import (batched, evaluation_set, fmt_ap, inference, load_headed_run, predict_files,
-                                         predict_frames, predictor)
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.pose.plots import draw_poses
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult
@@ -142,15 +142,7 @@ def predict_keypoint_video(checkpoint: str | os.PathLike, reader: FrameReader, o
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class box and keypoint AP table of an :func:`evaluate_pose` report, and its mAP line."""
-    rows = []
-    for name, row in report["per_class"].items():
-        pose = report["per_class_pose"][name]
-        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(pose["ap"]),
-                     fmt_ap(pose["ap50"])))
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "keypoint AP@[.5:.95]", "keypoint AP@.5"),
-                   rows, f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; keypoint mAP@[.5:.95] "
-                         f"{report['pose_map']:.4f}, mAP@.5 {report['pose_map50']:.4f}")
+    return map_listing(report, "instances", ("box", ""), ("keypoint", "pose"))
 
 
 def keypoints_cell(r: dict[str, Any]) -> str:

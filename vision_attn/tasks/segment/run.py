@@ -27,8 +27,8 @@ from vision_attn.models.yolo.masks import instance_masks, masks_to_original
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
-from vision_attn.tasks.detect.run import (batched, evaluation_set, fmt_ap, inference, load_headed_run, predict_files,
-                                         predict_frames, predictor)
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.segment.plots import draw_segments
 from vision_attn.tasks.stream import StreamResult
@@ -152,13 +152,5 @@ def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class box and mask AP table of an :func:`evaluate_segmenter` report, and its mAP line."""
-    rows = []
-    for name, row in report["per_class"].items():
-        mask = report["per_class_mask"][name]
-        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(mask["ap"]),
-                     fmt_ap(mask["ap50"])))
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "mask AP@[.5:.95]", "mask AP@.5"), rows,
-                   f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; mask mAP@[.5:.95] "
-                   f"{report['mask_map']:.4f}, mAP@.5 {report['mask_map50']:.4f}")
+    return map_listing(report, "instances", ("box", ""), ("mask", "mask"))
 
