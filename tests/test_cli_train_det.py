@@ -5,26 +5,9 @@ import json
 import pytest
 import torch
 
+from tests._configs import tiny_detection
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
-
-TINY = """\
-model:
-  yaml: {yaml}
-  scale: n
-  warmup_epochs: 0.5
-  min_warmup_steps: 1
-  close_mosaic: 1
-  plot_images: 4
-data:
-  data: {root}
-  img_size: 64
-  batch_size: 8
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 2
-"""
 
 
 @pytest.fixture
@@ -34,7 +17,7 @@ def tiny(tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=8, seed=1))
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY.format(root=root, yaml=yaml_path))
+    config.write_text(tiny_detection(yaml_path, root))
     return config, root
 
 

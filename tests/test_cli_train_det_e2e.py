@@ -11,7 +11,7 @@ import torch
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 from vision_attn.tasks.plots import epoch_history
-from tests.test_cli_train_det import TINY
+from tests._configs import tiny_detection
 
 ANCHORS_64 = 8 * 8 + 4 * 4 + 2 * 2  # strides 8, 16, 32 at 64 px
 
@@ -22,7 +22,7 @@ def tiny_e2e(tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=2))
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY.format(root=root, yaml=yaml_path))
+    config.write_text(tiny_detection(yaml_path, root))
     return config, root, yaml_path
 
 

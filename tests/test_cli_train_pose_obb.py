@@ -8,30 +8,13 @@ import json
 import pytest
 import torch
 
+from tests._configs import tiny_detection
 from tests.analysis.written_runs import pose_metrics
 from vision_attn.analysis.compare import run_metric
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig
 from vision_attn.data.digit_warps import write_digit_keypoints, write_digit_obb
 
-TINY = """\
-model:
-  yaml: {yaml}
-  scale: n
-  warmup_epochs: 0.5
-  min_warmup_steps: 1
-  close_mosaic: 1
-  plot_images: 2
-data:
-  data: {root}
-  format: yolo
-  img_size: 64
-  batch_size: 8
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 1
-"""
 SETS = {"pose": (write_digit_keypoints, "yolov8-pose.yaml"), "obb": (write_digit_obb, "yolov8-obb.yaml")}
 
 
@@ -43,7 +26,8 @@ def tiny(tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     root = write(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=1))
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY.format(root=root, yaml=request.config.rootpath / "configs" / "models" / yaml))
+    config.write_text(tiny_detection(request.config.rootpath / "configs" / "models" / yaml, root, {
+        "model.plot_images": 2, "data.format": "yolo", "trainer.max_epochs": 1}))
     return task, config, root
 
 

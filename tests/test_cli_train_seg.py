@@ -8,29 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests._configs import tiny_detection
 from vision_attn.analysis.compare import run_metric
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig
 from vision_attn.data.digit_masks import write_digit_masks
 from vision_attn.data.masks import decode_rle
-
-TINY = """\
-model:
-  yaml: {yaml}
-  scale: n
-  warmup_epochs: 0.5
-  min_warmup_steps: 1
-  close_mosaic: 1
-  plot_images: 4
-data:
-  data: {root}
-  img_size: 64
-  batch_size: 8
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 2
-"""
 
 
 @pytest.fixture
@@ -40,7 +23,7 @@ def tiny(tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     root = write_digit_masks(tmp_path / "data", DigitBoxesConfig(n_train=16, n_val=8, seed=1))
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY.format(root=root, yaml=models / "yolov8-seg.yaml"))
+    config.write_text(tiny_detection(models / "yolov8-seg.yaml", root))
     return config, root, models
 
 
@@ -129,8 +112,7 @@ def test_a_detector_yaml_in_train_seg_and_a_seg_yaml_in_train_det_are_one_line_e
 def test_eval_seg_refuses_a_detection_run(tiny, capsys, tmp_path):
     config, root, models = tiny
     det_config = tmp_path / "det.yaml"
-    det_config.write_text(config.read_text().replace("yolov8-seg.yaml", "yolov8.yaml").replace("max_epochs: 2",
-                                                                                             "max_epochs: 1"))
+    det_config.write_text(tiny_detection(models / "yolov8.yaml", root, {"trainer.max_epochs": 1}))
     assert main(["train", "det", "--config", str(det_config)]) == 0
     capsys.readouterr()
     assert main(["eval", "seg", "--checkpoint", str(tmp_path / "runs" / "det"), "--data", str(root)]) == 2

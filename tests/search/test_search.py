@@ -17,31 +17,13 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests._configs import tiny_detection
 from vision_attn.cli import main
 from vision_attn.data import DigitBoxesConfig, write_digit_boxes
 from vision_attn.search.study import is_surplus
 
 WORKER = Path(__file__).with_name("cheap_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
-TINY = """\
-model:
-  yaml: {yaml}
-  scale: n
-  warmup_epochs: 0.5
-  min_warmup_steps: 1
-  close_mosaic: 1
-  plot_images: 0
-  ema_decay: null
-data:
-  data: {root}
-  img_size: 32
-  batch_size: 8
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 1
-  enable_progress_bar: false
-"""
 
 
 def _error(capsys) -> str:
@@ -68,7 +50,9 @@ def tiny(tmp_path_factory) -> Path:
     yolo = (ROOT / "configs" / "models" / "yolov8.yaml").read_text()
     (folder / "yolov8.yaml").write_text("\n".join(line for line in yolo.splitlines()
                                                   if not line.startswith(("  s:", "  m:", "  l:", "  x:"))))
-    (folder / "tiny.yaml").write_text(TINY.format(root=root, yaml=folder / "yolov8.yaml"))
+    (folder / "tiny.yaml").write_text(tiny_detection(folder / "yolov8.yaml", root, {
+        "model.plot_images": 0, "model.ema_decay": None, "data.img_size": 32, "trainer.max_epochs": 1,
+        "trainer.enable_progress_bar": False}))
     return folder / "tiny.yaml"
 
 

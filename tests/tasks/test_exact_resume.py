@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests._configs import tiny_detection
 from tests.folders import make_folder
 from tests.tasks.resume_helpers import assert_same_run, env, progress_step, run_to_end, stop_at, train_here
 from vision_attn.cli import main
@@ -84,29 +85,9 @@ def test_classification_stopped_four_ways_resumes_to_the_uninterrupted_run(tmp_p
     assert_same_run(tmp_path / "runs" / "reference", run, CLS_METRICS)
 
 
-TINY_DET = """\
-model:
-  yaml: {yaml}
-  scale: {scale}
-  warmup_epochs: 0.5
-  min_warmup_steps: 1
-  close_mosaic: 1
-  plot_images: 0
-  ema_tau: 5.0
-data:
-  data: {root}
-  img_size: 64
-  batch_size: 4
-  num_workers: 0
-trainer:
-  accelerator: cpu
-  max_epochs: 2
-  log_every_n_steps: 1
-  enable_progress_bar: false
-checkpoint:
-  every_n_steps: 1
-threads: 1
-"""
+RESUMED = {"model.plot_images": 0, "model.ema_tau": 5.0, "data.batch_size": 4, "trainer.log_every_n_steps": 1,
+           "trainer.enable_progress_bar": False, "checkpoint.every_n_steps": 1, "threads": 1}
+"""What the detection resume tests change in tests._configs.tiny_detection: a checkpoint every step."""
 
 
 def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path, request, capsys):
@@ -114,8 +95,7 @@ def test_detection_end_to_end_head_sigkill_then_sigterm_resumes_exactly(tmp_path
     the last epoch: stopped by SIGKILL in the first epoch, then by SIGTERM in the closed-mosaic one."""
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolo26.yaml",
-                                      scale="n"))
+    config.write_text(tiny_detection(request.config.rootpath / "configs" / "models" / "yolo26.yaml", root, RESUMED))
 
     def args(name):
         return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
@@ -138,9 +118,9 @@ def test_rtdetr_sigkill_mid_epoch_resumes_exactly(tmp_path, request, capsys):
     the first epoch and resumed, the run ends with the uninterrupted run's weights, metrics and logs."""
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=12, n_val=4, seed=1))  # 3 steps an epoch
     config = tmp_path / "tiny.yaml"
-    text = TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "rtdetr-s.yaml", scale="s")
-    text = text.replace("  ema_tau: 5.0\n", "  ema_tau: 5.0\n  optimizer: adamw\n  lr: 0.0005\n  backbone_lr_scale: 0.1\n")
-    config.write_text(text.replace("  max_epochs: 2\n", "  max_epochs: 2\n  gradient_clip_val: 0.1\n"))
+    config.write_text(tiny_detection(request.config.rootpath / "configs" / "models" / "rtdetr-s.yaml", root, {
+        **RESUMED, "model.scale": "s", "model.optimizer": "adamw", "model.lr": 0.0005, "model.backbone_lr_scale": 0.1,
+        "trainer.gradient_clip_val": 0.1}))
 
     def args(name):
         return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]

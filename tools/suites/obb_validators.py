@@ -77,9 +77,8 @@ def our_detections(checkpoint: str | Path, data: str, batch: int) -> tuple[Any, 
 
     run = load_obb(checkpoint)
     dataset = open_detection(data, "val", obb=True, transform=DetectionTransform(run.img_size[0], obb=True))
-    with torch.no_grad():
-        dets = batched(run.model, dataset, lambda pred, b: rotated_of_batch(pred, run.model, b, conf=0.001, iou=0.7,
-                       max_det=300, multi_label=True), batch_size=batch, num_workers=0)
+    dets = batched(run, dataset, rotated_of_batch, batch_size=batch, num_workers=0, conf=0.001, iou=0.7, max_det=300,
+                   multi_label=True)
     return dataset, dets
 
 

@@ -1,11 +1,11 @@
-"""Hiera's attention and block (Ryali et al. 2023): mask-unit attention with query pooling.
+"""Hiera's attention (Ryali et al. 2023): mask-unit attention with query pooling.
 
 Hiera keeps its tokens *unrolled* (:func:`unroll_order`): the pixel grid is split by the query stride
 ``s`` (2x2) repeatedly, and the offsets inside each split become the outermost token index. So the
 ``s`` offsets of the next pooling are always the leading ``prod(s)`` blocks of the sequence (pooling
 is a max over them), and the tokens of one mask unit (a square of the grid) are those with the same
-index modulo the number of units. Keys are timm's: ``attn.qkv``, ``attn.proj``, ``norm1``, ``norm2``,
-``mlp.fc1/fc2``, ``proj`` (the widening at a stage's first block), ``ls1/ls2.gamma``.
+index modulo the number of units. Its block is :class:`~vision_attn.layers.pooling_block.PoolingBlock`
+with :func:`unrolled_pool` as the shortcut's pooling. Keys are timm's: ``attn.qkv``, ``attn.proj``.
 """
 from __future__ import annotations
 
@@ -16,11 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision_attn.layers.drop_path import DropPath
-from vision_attn.layers.layer_scale import LayerScale
-from vision_attn.layers.mlp import Mlp
-
-__all__ = ["MaskUnitAttention", "HieraBlock", "unroll_order"]
+__all__ = ["MaskUnitAttention", "unroll_order", "unrolled_pool"]
 
 
 def unroll_order(size: Sequence[int], strides: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -71,35 +67,9 @@ class MaskUnitAttention(nn.Module):
         return self.proj(out.permute(0, 3, 2, 1, 4).reshape(B, -1, self.dim_out))
 
 
-class HieraBlock(nn.Module):
-    """Pre-norm Transformer block over unrolled tokens. The first block of a stage widens ``dim`` to
-    ``dim_out`` and pools by ``q_stride``: the shortcut is ``proj(norm1(x))`` max-pooled (or, without
-    ``expand_proj``, the max- and mean-pooled ``x`` side by side: ``dim_out == 2 * dim``)."""
-
-    def __init__(self, dim: int, dim_out: int, heads: int, mlp_ratio: float = 4.0, drop_path: float = 0.0,
-                 init_values: float | None = None, q_stride: int = 1, window: int = 0, mask_unit: bool = False,
-                 expand_proj: bool = True, norm_eps: float = 1e-5) -> None:
-        super().__init__()
-        self.dim, self.dim_out = dim, dim_out
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.proj = nn.Linear(dim, dim_out) if dim != dim_out and expand_proj else None
-        self.attn = MaskUnitAttention(dim, dim_out, heads, q_stride, window, mask_unit)
-        self.ls1 = LayerScale(dim_out, init_values) if init_values is not None else nn.Identity()
-        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim_out, eps=norm_eps)
-        self.mlp = Mlp(dim_out, int(dim_out * mlp_ratio))
-        self.ls2 = LayerScale(dim_out, init_values) if init_values is not None else nn.Identity()
-        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x_norm = self.norm1(x)
-        if self.dim != self.dim_out:
-            s = self.attn.q_stride
-            if self.proj is not None:
-                y = self.proj(x_norm)
-                x = y.view(y.shape[0], s, -1, y.shape[-1]).amax(dim=1)
-            else:
-                split = x.view(x.shape[0], s, -1, x.shape[-1])
-                x = torch.cat([split.amax(dim=1), split.mean(dim=1)], dim=-1)
-        x = x + self.drop_path1(self.ls1(self.attn(x_norm)))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+def unrolled_pool(x: torch.Tensor, stride: int, mean: bool = False) -> torch.Tensor:
+    """(B, N, C) unrolled tokens -> (B, N / stride, C): the max over the leading ``stride`` offsets, as the
+    attention pools its queries; ``mean``: the max and the mean side by side (B, N / stride, 2 * C), the
+    shortcut of a block that widens without a projection."""
+    split = x.view(x.shape[0], stride, -1, x.shape[-1])
+    return torch.cat([split.amax(dim=1), split.mean(dim=1)], dim=-1) if mean else split.amax(dim=1)

@@ -6,7 +6,8 @@ are) and timm's model interface; transformers' ``hiera`` folders load through
 
 Layout: a 7x7 convolution of stride 4 (``patch_embed.proj``), a position embedding added to the
 tokens, the tokens *unrolled* (:func:`~vision_attn.layers.mask_unit_attention.unroll_order`), then
-``blocks`` (:class:`~vision_attn.layers.mask_unit_attention.HieraBlock`) in four stages: the first block
+``blocks`` (:class:`~vision_attn.layers.pooling_block.PoolingBlock` around
+:class:`~vision_attn.layers.mask_unit_attention.MaskUnitAttention`) in four stages: the first block
 of each later stage doubles the width and heads and pools the queries 2x2 (the first ``q_pool``
 transitions), the first stages attend within mask units (8x8 tokens at stride 4), the later ones
 globally. The head (:class:`~vision_attn.layers.norm_head.NormPoolHead` over tokens): mean, LayerNorm,
@@ -21,6 +22,7 @@ run time, plus one mask unit's table tiled) builds at any such size, as timm's d
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Sequence
 
 import torch
@@ -28,8 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import CheckpointError, ConfigError, DataError
-from vision_attn.layers.mask_unit_attention import HieraBlock, unroll_order
+from vision_attn.layers.mask_unit_attention import MaskUnitAttention, unroll_order, unrolled_pool
 from vision_attn.layers.norm_head import NormPoolHead
+from vision_attn.layers.pooling_block import PoolingBlock
 from vision_attn.models.contract import NormPoolClassifier, TimmContract, init_trunc_normal, run_blocks
 from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
@@ -170,8 +173,11 @@ class Hiera(HieraStages):
                 if stage <= q_pool:
                     flat_unit //= flat_q
                     pool = flat_q
-            blocks.append(HieraBlock(dim, dim_out, heads, mlp_ratio, rates[i], init_values, pool, flat_unit,
-                                     mask_unit, expand_proj, norm_eps))
+            widens = partial(unrolled_pool, stride=pool, mean=not expand_proj) if dim != dim_out else None
+            blocks.append(PoolingBlock(dim, dim_out, heads, attn_class=MaskUnitAttention,
+                                       attn_args=dict(q_stride=pool, window=flat_unit, mask_unit=mask_unit), pool=widens,
+                                       expand_proj=expand_proj, mlp_ratio=mlp_ratio, init_values=init_values,
+                                       drop_path=rates[i], norm_eps=norm_eps))
             dim = dim_out
             if i in self.stage_ends:
                 self.feature_info.append(dict(num_chs=dim, reduction=patch_stride[0] * 2 ** stage, module=f"blocks.{i}"))

@@ -6,7 +6,8 @@ Unlike :mod:`Hiera <vision_attn.models.hiera>`, the tokens stay a channels-last 
 unrolling, no mask units. A 7x7 convolution of stride 4 (``patch_embed.proj``), a position embedding
 (a ``global_pos_size`` table resampled bicubically to the map at run time, plus a window's table
 ``pos_embed_window`` tiled), then ``blocks``
-(:class:`~vision_attn.layers.multiscale_block.MultiScaleBlock`) in four stages: each stage attends in
+(:class:`~vision_attn.layers.pooling_block.PoolingBlock` around
+:class:`~vision_attn.layers.pooled_attention.PooledAttention`) in four stages: each stage attends in
 windows of its ``window_spec`` size (a stage's first block in the previous stage's), the blocks of
 ``global_att_blocks`` globally; the first block of each of the first ``q_pool`` later stages doubles
 width and heads and max-pools the queries 2x2. Head: mean, LayerNorm, ``fc`` (the SAM 2 names have no
@@ -16,6 +17,7 @@ classifier, as timm's: ``num_classes`` 0). Four feature levels at strides 4, 8, 
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 import torch
@@ -23,8 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.layers.multiscale_block import MultiScaleBlock
 from vision_attn.layers.norm_head import NormPoolHead
+from vision_attn.layers.pooled_attention import PooledAttention, max_pool
+from vision_attn.layers.pooling_block import PoolingBlock
 from vision_attn.models.hiera import HieraStages
 from vision_attn.models.pretrained_cfg import data_cfg
 from vision_attn.models.registry import register_model
@@ -87,8 +90,11 @@ class HieraDet(HieraStages):
             dim_out = dim
             if i - 1 in self.stage_ends:
                 dim_out, heads, stage = int(dim * dim_mul), int(heads * head_mul), stage + 1
-            blocks.append(MultiScaleBlock(dim, dim_out, heads, mlp_ratio, _pair(q_stride) if i in pool_blocks else None,
-                                          window, init_values, rates[i], norm_eps))
+            stride = _pair(q_stride) if i in pool_blocks else None
+            widens = partial(max_pool, stride=stride) if dim != dim_out and stride is not None else None
+            blocks.append(PoolingBlock(dim, dim_out, heads, attn_class=PooledAttention,
+                                       attn_args=dict(q_stride=stride, window=window), pool=widens, mlp_ratio=mlp_ratio,
+                                       init_values=init_values, drop_path=rates[i], norm_eps=norm_eps))
             dim = dim_out
             if i in self.stage_ends:
                 self.feature_info.append(dict(num_chs=dim, reduction=2 ** (stage + 2), module=f"blocks.{i}"))

@@ -16,7 +16,7 @@ from vision_attn.models.yolo.pyramid import SimpleFeaturePyramid
 from vision_attn.tasks.detect.run import load_detector
 from vision_attn.tasks.runs import lightning_weights
 
-from tests.test_cli_train_det import TINY
+from tests._configs import tiny_detection
 
 from .conftest import CONFIGS
 
@@ -104,7 +104,7 @@ def test_train_det_one_step_from_a_timm_file_then_the_run_loads_without_it(tmp_p
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=4, seed=1))
     torch.save(timm.create_model("vit_small_patch16_dinov3", depth=1).state_dict(), tmp_path / "vit.pth")
     (tmp_path / "net.yaml").write_text(_text("depth: 1, pretrained: vit.pth"))
-    (tmp_path / "tiny.yaml").write_text(TINY.format(root=root, yaml=tmp_path / "net.yaml"))  # train det's tiny run
+    (tmp_path / "tiny.yaml").write_text(tiny_detection(tmp_path / "net.yaml", root))  # train det's tiny run
     assert main(["train", "det", "--config", str(tmp_path / "tiny.yaml"), "--model.scale", "null",
                  "--model.optimizer", "adamw", "--model.backbone_lr_scale", "0.1", "--trainer.max_epochs", "1"]) == 0
     assert "final val mAP@.5:" in capsys.readouterr().out

@@ -8,7 +8,8 @@ per-class AP table.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
 
 from vision_attn.models.yolo import build_detector, load_yaml
 from vision_attn.models.yolo.backbone import without_backbone_weights
@@ -23,7 +24,8 @@ from vision_attn.tasks.runner import TrainResult, metric_value, run_training
 from vision_attn.tasks.detect.explain import DETECT_EXPLAIN
 from vision_attn.tasks.task import Echo, Metric, Task
 
-__all__ = ["train_detector", "build_detection", "detection_shadow", "detection_report", "DETECT"]
+__all__ = ["train_detector", "build_detection", "detection_shadow", "detection_report", "detection_report_and",
+           "map_summary", "detection_like_task", "DETECT"]
 
 
 def train_detector(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Echo | None = None) -> TrainResult:
@@ -90,20 +92,59 @@ def detection_report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best
     return metrics
 
 
+def detection_report_and(metric: str, report_of: Callable[[Any], Any],
+                         extra: Callable[[Any, Any], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """The ``report`` of a detection-like task ranked by a mAP of its own, ``metric`` (``mask``, ``pose``):
+    :func:`detection_report` (the box mAP; its ``best_val_map`` left out, ``best.ckpt`` follows the task's
+    mAP), then ``extra(datamodule, cfg)`` and ``val_METRIC_map``, ``val_METRIC_map50`` (logged as
+    ``val/METRIC_mAP50-95``, ``val/METRIC_mAP50``), ``best_val_METRIC_map`` and ``per_class_METRIC_ap`` (the
+    per-class table of ``report_of(module)``, its last validation's report)."""
+
+    def report(run: RunFolder, cm, module, datamodule, cfg, *, flops, best: float | None,
+               common: dict[str, Any]) -> dict[str, Any]:
+        metrics = detection_report(run, cm, module, datamodule, cfg, flops=flops, best=None, common=common)
+        del metrics["best_val_map"]
+        last = report_of(module)
+        metrics.update(extra(datamodule, cfg))
+        metrics.update({f"val_{metric}_map": metric_value(cm, f"val/{metric}_mAP50-95"),
+                        f"val_{metric}_map50": metric_value(cm, f"val/{metric}_mAP50"), f"best_val_{metric}_map": best,
+                        f"per_class_{metric}_ap": last.as_dict()["per_class"] if last is not None else {}})
+        return metrics
+
+    return report
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-DETECT = Task(
+def map_summary(*parts: tuple[str, str]) -> Callable[[dict[str, Any]], str]:
+    """The last progress line of a detection-like run: ``val LABEL mAP@.5: X, mAP@[.5:.95]: Y`` for each
+    (label, ``metrics.json`` key of the mAP@[.5:.95]; its mAP@.5 the key + ``50``) part, joined by ``; ``."""
+    return lambda m: "val " + "; ".join(f"{label + ' ' if label else ''}mAP@.5: {_pct(m[key + '50'])}, "
+                                        f"mAP@[.5:.95]: {_pct(m[key])}" for label, key in parts)
+
+
+def detection_like_task(*, name: str, title: str, module: type, datamodule: type, primary: Metric,
+                        calls: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+                        filled: frozenset[str] = frozenset({"num_classes", "class_names"}), **fields: Any) -> Task:
+    """The record of a task that trains a detector YAML's head (detection, segmentation, keypoints, oriented
+    boxes): what they share (the build by :func:`build_detection` of ``module`` and ``datamodule``, the
+    network rebuilt from its YAML, the config keys that name files, no rate monitor, ablation by YAML
+    rows, and ``evaluate`` / ``predict`` / ``predict_video`` over ``calls``, the task's evaluate, predict
+    and video functions (:func:`~vision_attn.tasks.detect.run.detection_calls`)); ``fields``: the rest."""
+    return Task(name=name, title=title, module=module, datamodule=datamodule, filled=filled, primary=primary,
+                build=partial(build_detection, module_class=module, datamodule_class=datamodule),
+                shadow=detection_shadow, lr_monitor=False, insertion="yaml",
+                paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},
+                **run_api.detection_calls(*calls), **fields)
+
+
+DETECT = detection_like_task(
     name="det", title="Train a YOLO-style detector from a YAML on COCO json or YOLO txt data (or demo:digit-boxes).",
-    module=DetectionModule, datamodule=DetectionDataModule, filled=frozenset({"num_classes", "class_names"}),
-    primary=Metric("val_map", "val/mAP50-95", "mAP@.5:.95"),
-    build=build_detection, shadow=detection_shadow, panels=DETECTION_PANELS, report=detection_report,
-    load=load_detector_run, lr_monitor=False,
-    summary=lambda m: f"val mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
-    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},
-    **run_api.detection_calls(run_api.evaluate_detector, run_api.predict_detections,
-                               run_api.predict_detection_video),
+    module=DetectionModule, datamodule=DetectionDataModule, primary=Metric("val_map", "val/mAP50-95", "mAP@.5:.95"),
+    calls=(run_api.evaluate_detector, run_api.predict_detections, run_api.predict_detection_video),
+    panels=DETECTION_PANELS, report=detection_report, load=load_detector_run, summary=map_summary(("", "val_map")),
     eval_listing=run_api.eval_listing, prediction=("detections (class score)", run_api.detections_cell),
-    written="boxes and detections.json", export_kind="detector", insertion="yaml",
+    written="boxes and detections.json", export_kind="detector",
     headline=(("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")), explain=DETECT_EXPLAIN)

@@ -36,10 +36,11 @@ from vision_attn.io.state_dict import read_state_dict
 from vision_attn.losses import detector_loss
 from vision_attn.models.yolo import build_detector, load_yaml, scale_from_name
 from vision_attn.models.yolo.files import read_model_yaml
-from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
+from vision_attn.models.yolo.postprocess import to_original
 from vision_attn.models.yolo.from_ultralytics import class_layer_keys, pretrained_yaml
 from vision_attn.models.yolo.transfer import detector_state
 from vision_attn.tasks.detect.plots import prediction_grid, save_image
+from vision_attn.tasks.detect.run import detections_of_batch
 from vision_attn.tasks.detect.schedule import WarmupDecay
 from vision_attn.tasks.finite import stop_if_not_finite
 from vision_attn.tasks.module_base import TrainingModule
@@ -196,6 +197,10 @@ class DetectionModule(TrainingModule):
 
     heads: tuple[str, ...] = ("detect", "rtdetr")
     """The network families (the YAML network's ``task``) this module trains."""
+    of_batch = staticmethod(detections_of_batch)
+    """The network's eval output of a batch -> each image's results (:data:`~vision_attn.tasks.detect.run.OfBatch`)."""
+    truth_keys: tuple[str, ...] = ()
+    """The batch's targets beside boxes and labels that ``predictions.png`` draws (a segmenter's ``masks``)."""
 
     def network_options(self) -> dict[str, Any]:
         """Further arguments of :func:`~vision_attn.models.yolo.build_detector` that the data sets (a keypoint
@@ -291,22 +296,22 @@ class DetectionModule(TrainingModule):
 
     @torch.no_grad()
     def detect(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """Detections of a batch in original image pixels: per image ``{image_id, boxes, scores, labels}``
-        (numpy), and the same in network-input pixels under ``input_boxes``."""
+        """Detections of a batch by :attr:`of_batch`: per image in original image pixels (numpy; a detector's
+        ``{image_id, boxes, scores, labels}``), the same in network-input pixels under ``input_*`` keys
+        (``input_boxes``) and the input's side as ``input_size``."""
         hp = self.hparams
-        dets = postprocess(self(batch["images"]), conf=hp.conf, iou=hp.iou, max_det=hp.max_det, multi_label=True,
-                           end2end=is_end_to_end(self.eval_model()))
-        out = []
-        for det, iid, size, scale, pad in zip(dets, batch["image_ids"], batch["orig_sizes"], batch["scales"],
-                                              batch["pads"]):
-            boxes = to_original(det.boxes, scale=scale, pad=pad, orig_size=size)
-            out.append({"image_id": int(iid), "boxes": boxes.cpu().numpy(), "scores": det.scores.cpu().numpy(),
-                        "labels": det.labels.cpu().numpy(), "input_boxes": det.boxes.cpu().numpy()})
-        return out
+        found = self.of_batch(self(batch["images"]), self.eval_model(), batch, conf=hp.conf, iou=hp.iou,
+                              max_det=hp.max_det, multi_label=True)
+        return [{**d, "input_size": int(batch["images"].shape[-1])} for d in found]
+
+    @staticmethod
+    def scored(det: dict[str, Any]) -> dict[str, Any]:
+        """One image's detections as the evaluation takes them: without the network-input copies."""
+        return {k: v for k, v in det.items() if not k.startswith("input_")}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         dets = self.detect(batch)
-        self._val_dets.extend({k: v for k, v in d.items() if not k.startswith("input_")} for d in dets)
+        self._val_dets.extend(self.scored(d) for d in dets)
         for iid, size, scale, pad, boxes, labels in zip(batch["image_ids"], batch["orig_sizes"], batch["scales"],
                                                         batch["pads"], batch["boxes"], batch["labels"]):
             self._val_truth.append({"image_id": int(iid), "orig_size": tuple(size), "labels": labels.cpu().numpy(),
@@ -315,8 +320,10 @@ class DetectionModule(TrainingModule):
         if batch_idx == 0 and k > 0 and self._samples is None:
             self._samples = {"images": batch["images"][:k].cpu(),
                              "predictions": [self.sample_prediction(d) for d in dets[:k]],
-                             "truths": [{"boxes": b.cpu().numpy(), "labels": lb.cpu().numpy()}
-                                        for b, lb in zip(batch["boxes"][:k], batch["labels"][:k])]}
+                             "truths": [{"boxes": batch["boxes"][i].cpu().numpy(),
+                                         "labels": batch["labels"][i].cpu().numpy(),
+                                         **{key: batch[key][i].cpu().numpy() for key in self.truth_keys}}
+                                        for i in range(min(k, len(batch["boxes"])))]}
 
     def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
         """What ``predictions.png`` draws of one image's detections (network-input pixels)."""

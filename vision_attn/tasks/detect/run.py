@@ -9,6 +9,7 @@ such a checkpoint by :func:`ultralytics_run_checkpoint`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,9 +37,10 @@ from vision_attn.tasks.runs import Run, Runtime, load_run_weights, read_task_che
 from vision_attn.tasks.stream import StreamResult, predict_stream
 from vision_attn.tasks.task import Listing, Options
 
-__all__ = ["load_detector", "load_detector_run", "detector_checkpoint", "ultralytics_run_checkpoint",
-           "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList", "batched",
-           "predict_files", "predict_frames"]
+__all__ = ["load_detector", "load_detector_run", "load_headed_run", "detector_checkpoint", "ultralytics_run_checkpoint",
+           "evaluate_detector", "predict_detections", "predict_detection_video", "ImageList", "FrameList", "OfBatch",
+           "detections_of_batch", "batched", "inference", "evaluation_set", "predict_files", "predict_frames",
+           "map_listing"]
 
 
 def _run_checkpoint(model_yaml: dict[str, Any], scale: str | None, state: dict[str, torch.Tensor], *,
@@ -110,6 +112,16 @@ def load_detector_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path, 
                std=(1.0, 1.0, 1.0))
 
 
+def load_headed_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path, *, device: str | torch.device,
+                    weights: bool, task: str, head: type, wrong: str) -> Run:
+    """The run of a detection-like ``task`` from its checkpoint (:func:`load_detector_run`), whose network must
+    end in a ``head``; else a :class:`CheckpointError` ``PATH: its model ends in CLASS, not WRONG``."""
+    run = load_detector_run(ckpt, path, device=device, weights=weights)
+    if not isinstance(run.model.model[-1], head):
+        raise CheckpointError(f"{path}: its model ends in {type(run.model.model[-1]).__name__}, not {wrong}")
+    return dataclasses.replace(run, task=task)
+
+
 def load_detector(path: str | os.PathLike) -> Run:
     """The detection run at ``path`` (``runs/NAME/best.ckpt`` or the run folder), a
     :func:`detector_checkpoint` file or an ultralytics ``.pt``."""
@@ -153,37 +165,62 @@ class FrameList(DetectionDataset):
         return self.frames[index], rec.boxes, rec.labels
 
 
-@torch.no_grad()
-def _run(det: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
-         max_det: int, multi_label: bool, network: Callable[[torch.Tensor], torch.Tensor] | None = None
-         ) -> list[dict[str, Any]]:
-    """Detections in original pixels for every image of ``dataset``, by ``det.model`` or by ``network``
-    (another runtime's export of it)."""
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
-    out = []
-    end2end = is_end_to_end(det.model)
-    net = network or det.model
-    for batch in loader:
-        x = batch["images"].contiguous(memory_format=torch.channels_last)
-        for d, iid, size, scale, pad in zip(postprocess(net(x), conf=conf, iou=iou, max_det=max_det,
-                                                        multi_label=multi_label, end2end=end2end),
-                                            batch["image_ids"], batch["orig_sizes"], batch["scales"], batch["pads"]):
-            out.append({"image_id": int(iid), "boxes": to_original(d.boxes, scale=scale, pad=pad, orig_size=size).numpy(),
-                        "scores": d.scores.numpy(), "labels": d.labels.numpy()})
-    return out
+OfBatch = Callable[..., list[dict[str, Any]]]
+"""A detection-like task's results of one batch: ``of_batch(output, model, batch, *, conf, iou, max_det,
+multi_label)`` -> one dict per image in original pixels (its network-input copies under ``input_*`` keys)."""
+
+
+def detections_of_batch(pred: torch.Tensor, model: torch.nn.Module, batch: dict[str, Any], *, conf: float,
+                        iou: float, max_det: int, multi_label: bool) -> list[dict[str, Any]]:
+    """A detector's eval output (B, 4 + nc, A) for a collated batch -> per image ``{image_id, boxes, scores,
+    labels}`` in original pixels (numpy), plus ``input_boxes`` in network-input pixels (NMS-free top-k for an
+    end-to-end head)."""
+    dets = postprocess(pred, conf=conf, iou=iou, max_det=max_det, multi_label=multi_label,
+                       end2end=is_end_to_end(model))
+    return [{"image_id": int(iid), "boxes": to_original(d.boxes, scale=scale, pad=pad, orig_size=size).cpu().numpy(),
+             "scores": d.scores.cpu().numpy(), "labels": d.labels.cpu().numpy(), "input_boxes": d.boxes.cpu().numpy()}
+            for d, iid, size, scale, pad in zip(dets, batch["image_ids"], batch["orig_sizes"], batch["scales"],
+                                                batch["pads"])]
 
 
 @torch.no_grad()
-def batched(model: torch.nn.Module, dataset: DetectionDataset, of_batch: Callable[[Any, dict[str, Any]], list[Any]], *,
-            batch_size: int, num_workers: int, network: Callable[[torch.Tensor], Any] | None = None) -> list[Any]:
-    """``of_batch(output, batch)`` over the collated batches of ``dataset``, the output ``model``'s (or
-    ``network``'s: another runtime's export of it) on the batch's images; the results of all batches in order."""
+def batched(run: Run, dataset: DetectionDataset, of_batch: OfBatch, *, batch_size: int, num_workers: int,
+            conf: float, iou: float, max_det: int, multi_label: bool,
+            network: Callable[[torch.Tensor], Any] | None = None) -> list[dict[str, Any]]:
+    """``of_batch`` over the collated batches of ``dataset``, on the output of ``run``'s network (or of
+    ``network``: another runtime's export of it) for the batch's images; the results of all batches in order."""
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
-    net = network or model
-    out: list[Any] = []
+    net = network or run.model
+    out: list[dict[str, Any]] = []
     for batch in loader:
-        out.extend(of_batch(net(batch["images"].contiguous(memory_format=torch.channels_last)), batch))
+        out.extend(of_batch(net(batch["images"].contiguous(memory_format=torch.channels_last)), run.model, batch,
+                            conf=conf, iou=iou, max_det=max_det, multi_label=multi_label))
     return out
+
+
+def inference(run: Run, network: Callable[[torch.Tensor], Any] | None, of_batch: OfBatch, *, conf: float,
+              iou: float, max_det: int) -> Callable[[DetectionDataset, int], list[dict[str, Any]]]:
+    """What prediction runs on a data set of images, in batches of the size given: each image's best-class
+    results by ``of_batch``."""
+    return lambda dataset, batch_size: batched(run, dataset, of_batch, batch_size=batch_size, num_workers=0,
+                                               conf=conf, iou=iou, max_det=max_det, multi_label=False, network=network)
+
+
+def evaluation_set(checkpoint: str | os.PathLike, data: str | os.PathLike, load: Callable[[str | os.PathLike], Run],
+                   *, split: str, fmt: str, runtime: Runtime | None, **flags: bool
+                   ) -> tuple[Run, Callable[[torch.Tensor], Any] | None, DetectionDataset]:
+    """What a detection-like task's evaluation runs on: the run of ``checkpoint`` (read by ``load``), its
+    network in ``runtime`` (calibrated, where it calibrates, on 128 of ``data``'s training images) or None,
+    and the ``split`` of ``data`` letterboxed to the run's size, read with the task's ``flags`` (``masks``,
+    ``keypoints``, ``obb``); a set whose classes are not the run's is a :class:`DataError`."""
+    run = load(checkpoint)
+    network = None if runtime is None else runtime(
+        run.model, run.img_size, lambda: detection_calibration(data, run.img_size[0], images=128))
+    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(run.img_size[0], **flags), **flags)
+    if list(dataset.names) != run.classes:
+        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
+                        f"{run.classes}; evaluate on data with the same classes in the same order")
+    return run, network, dataset
 
 
 def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
@@ -194,15 +231,9 @@ def evaluate_detector(checkpoint: str | os.PathLike, data: str | os.PathLike, *,
     (``demo:digit-boxes``, a YOLO data YAML or a COCO folder); its classes must be the checkpoint's.
     ``backend``: ``faster`` (faster-coco-eval) or ``pycocotools``, the same numbers. ``runtime``: the
     network run there (calibrated, where it calibrates, on 128 of ``data``'s training images)."""
-    det = load_detector(checkpoint)
-    network = None if runtime is None else runtime(
-        det.model, det.img_size, lambda: detection_calibration(data, det.img_size[0], images=128))
-    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(det.img_size[0]))
-    if list(dataset.names) != det.classes:
-        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
-                        f"{det.classes}; evaluate on data with the same classes in the same order")
-    dets = _run(det, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
-                multi_label=True, network=network)
+    det, network, dataset = evaluation_set(checkpoint, data, load_detector, split=split, fmt=fmt, runtime=runtime)
+    dets = batched(det, dataset, detections_of_batch, batch_size=batch_size, num_workers=num_workers, conf=conf,
+                   iou=iou, max_det=max_det, multi_label=True, network=network)
     report = coco_map(dataset.ground_truth(), dets, names=dataset.names, category_ids=dataset.category_ids,
                       backend=backend)
     return {"checkpoint": str(checkpoint), "data": str(data), "split": split, "images": len(dataset),
@@ -243,8 +274,7 @@ def predict_detections(checkpoint: str | os.PathLike, images: Sequence[str | os.
     dataset = ImageList(paths)
     rect = len({(r.height, r.width) for r in dataset.records}) == 1 and network is None
     dataset.transform = DetectionTransform(det.img_size[0], stride=_stride(det) if rect else None)
-    found = _run(det, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
-                 multi_label=False, network=network)
+    found = inference(det, network, detections_of_batch, conf=conf, iou=iou, max_det=max_det)(dataset, batch_size)
     return image_results(dataset.records, found, output, items=lambda d: _items(d, det.classes),
                          draw=lambda image, d: draw_boxes(image, d["boxes"], d["labels"], det.classes, d["scores"],
                                                           thickness=2), file="detections.json")
@@ -288,10 +318,11 @@ def predict_files(run: Run, images: Sequence[str | os.PathLike], output: str | o
 def predict_frames(run: Run, reader: FrameReader, output: str | os.PathLike,
                    infer: Callable[[DetectionDataset, int], list[dict[str, Any]]], *,
                    items: Callable[[dict[str, Any]], list[dict[str, Any]]],
-                   draw: Callable[[np.ndarray, dict[str, Any]], np.ndarray]) -> StreamResult:
+                   draw: Callable[[np.ndarray, dict[str, Any]], np.ndarray], stride: int | None = None) -> StreamResult:
     """A detection-like task's prediction for every frame of ``reader`` (:func:`predict_stream`, each frame's
-    line ``{"frame", "time", "detections": items(d)}``), letterboxed squares of the run's size."""
-    transform = DetectionTransform(run.img_size[0])
+    line ``{"frame", "time", "detections": items(d)}``), letterboxed squares of the run's size (``stride``:
+    rectangles, their sides multiples of it)."""
+    transform = DetectionTransform(run.img_size[0], stride=stride)
     return predict_stream(reader, output, infer=lambda frames: infer(FrameList(frames, transform), len(frames)),
                           draw=draw, record=lambda d: {"detections": items(d)})
 
@@ -305,16 +336,12 @@ def predict_detection_video(checkpoint: str | os.PathLike, reader: FrameReader, 
     :func:`~vision_attn.tasks.stream.predict_stream` for what is written when a source fails.
     ``runtime``: as in :func:`predict_detections`."""
     det, network = predictor(checkpoint, runtime)
-    transform = DetectionTransform(det.img_size[0], stride=_stride(det) if network is None else None)
-
-    def infer(frames: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:
-        return _run(det, FrameList(frames, transform), batch_size=len(frames), num_workers=0, conf=conf, iou=iou,
-                    max_det=max_det, multi_label=False, network=network)
-
-    def draw(frame: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
-        return draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"], thickness=2)
-
-    return predict_stream(reader, output, infer=infer, draw=draw, record=lambda d: {"detections": _items(d, det.classes)})
+    return predict_frames(det, reader, output, inference(det, network, detections_of_batch, conf=conf, iou=iou,
+                                                         max_det=max_det),
+                          items=lambda d: _items(d, det.classes),
+                          draw=lambda frame, d: draw_boxes(frame, d["boxes"], d["labels"], det.classes, d["scores"],
+                                                           thickness=2),
+                          stride=_stride(det) if network is None else None)
 
 
 def detection_calls(evaluate_fn: Callable[..., dict[str, Any]], predict_fn: Callable[..., list[dict[str, Any]]],
@@ -345,12 +372,30 @@ def fmt_ap(v: float | None) -> str:
     return "n/a" if v is None or v != v else f"{v:.3f}"
 
 
+def map_listing(report: dict[str, Any], column: str, *parts: tuple[str, str]) -> Listing:
+    """The per-class AP table of a detection-like task's evaluation report and its mAP line, one (label,
+    key) part per mAP it reports: the report's ``KEY_map``, ``KEY_map50`` and ``per_class_KEY`` (the key
+    ``""``: ``map``, ``map50``, ``per_class``, the box mAP); ``column``: the header of the instance counts.
+    The line names every label, the columns only where there are several parts."""
+
+    def pre(label: str) -> str:
+        return f"{label} " if label else ""
+
+    def maps(key: str) -> tuple[float, float]:
+        return report[f"{key}_map" if key else "map"], report[f"{key}_map50" if key else "map50"]
+
+    heads = [f"{pre(label) if len(parts) > 1 else ''}{ap}" for label, _ in parts for ap in ("AP@[.5:.95]", "AP@.5")]
+    tables = [report[f"per_class_{key}" if key else "per_class"] for _, key in parts]
+    rows = [(name, str(row["boxes"]), *(fmt_ap(t[name][ap]) for t in tables for ap in ("ap", "ap50")))
+            for name, row in report["per_class"].items()]
+    line = "; ".join("{}mAP@[.5:.95] {:.4f}, mAP@.5 {:.4f}".format(pre(label), *maps(key)) for label, key in parts)
+    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
+                   ("class", column, *heads), rows, line)
+
+
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class AP table of an :func:`evaluate_detector` report, and its mAP line."""
-    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "boxes", "AP@[.5:.95]", "AP@.5"), rows,
-                   f"mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+    return map_listing(report, "boxes", ("", ""))
 
 
 def detections_cell(r: dict[str, Any]) -> str:

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from vision_attn.tasks.detect.fit import build_detection, detection_report, detection_shadow
-from vision_attn.tasks.detect.run import detection_calls
+from vision_attn.tasks.detect.fit import detection_like_task, detection_report, map_summary
 from vision_attn.tasks.obb import run as run_api
 from vision_attn.tasks.obb.data import OBBDataModule
 from vision_attn.tasks.obb.module import OBBModule
 from vision_attn.tasks.obb.plots import OBB_PANELS
 from vision_attn.tasks.obb.run import load_obb_run
 from vision_attn.tasks.runner import TrainResult, run_training
-from vision_attn.tasks.task import Echo, Metric, Task
+from vision_attn.tasks.task import Echo, Metric
 
 __all__ = ["train_obb", "OBB_TASK"]
 
@@ -28,24 +27,12 @@ def train_obb(config: Sequence[str] | Mapping[str, Any] | Any = (), *, echo: Ech
     return run_training(config, OBB_TASK, echo=echo)
 
 
-def _build(cfg, say: Echo) -> tuple[Any, Any]:
-    return build_detection(cfg, say, OBBModule, OBBDataModule)
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-OBB_TASK = Task(
+OBB_TASK = detection_like_task(
     name="obb", title="Train a YOLO-style oriented-box (OBB) model from an -obb YAML on YOLO oriented-box labels "
                       "(class x1 y1 ... x4 y4; or demo:digit-obb).",
-    module=OBBModule, datamodule=OBBDataModule, filled=frozenset({"num_classes", "class_names"}),
-    primary=Metric("val_map", "val/mAP50-95", "rotated-box mAP@.5:.95"),
-    build=_build, shadow=detection_shadow, panels=OBB_PANELS, report=detection_report,
-    load=load_obb_run, lr_monitor=False,
-    summary=lambda m: f"val rotated-box mAP@.5: {_pct(m['val_map50'])}, mAP@[.5:.95]: {_pct(m['val_map'])}",
-    paths={"model.yaml": ("model",), "model.pretrained": (), "data.data": ()},
-    **detection_calls(run_api.evaluate_obb, run_api.predict_rotated, run_api.predict_rotated_video),
+    module=OBBModule, datamodule=OBBDataModule, primary=Metric("val_map", "val/mAP50-95", "rotated-box mAP@.5:.95"),
+    calls=(run_api.evaluate_obb, run_api.predict_rotated, run_api.predict_rotated_video),
+    panels=OBB_PANELS, report=detection_report, load=load_obb_run, summary=map_summary(("rotated-box", "val_map")),
     eval_listing=run_api.eval_listing, prediction=("oriented boxes (class score angle)", run_api.rotated_cell),
-    written="rotated boxes and rotated.json", export_kind="rotated", insertion="yaml",
+    written="rotated boxes and rotated.json", export_kind="rotated",
     headline=(("val_map50", "mAP@.5"), ("val_map", "mAP@.5:.95")))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from vision_attn.evaluation import obb_map
@@ -36,6 +35,8 @@ class OBBModule(DetectionModule):
     default_yaml = "yolov8-obb.yaml"
     heads = ("obb",)
     prediction_grid = staticmethod(obb_grid)
+    of_batch = staticmethod(rotated_of_batch)
+    truth_keys = ("rboxes",)  # predictions.png outlines the true rotated boxes
 
     def __init__(self, *, angle_gain: float = 1.0, **kwargs: Any) -> None:
         self._angle_gain = angle_gain  # read by build_criterion, which the detection module's __init__ calls
@@ -49,22 +50,6 @@ class OBBModule(DetectionModule):
         return super().build_criterion(e2e_weights, angle_gain=self._angle_gain, **gains)
 
     # ---------------------------------------------------------------- validation
-    @torch.no_grad()
-    def detect(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """Oriented boxes of a batch in original image pixels: per image ``{image_id, rboxes, scores, labels}``,
-        and in network-input pixels ``input_rboxes``."""
-        hp = self.hparams
-        found = rotated_of_batch(self(batch["images"]), self.eval_model(), batch, conf=hp.conf, iou=hp.iou,
-                                 max_det=hp.max_det, multi_label=True)
-        return [{**d, "input_size": int(batch["images"].shape[-1])} for d in found]
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        fresh = self._samples is None
-        super().validation_step(batch, batch_idx)
-        if fresh and self._samples is not None:  # predictions.png outlines the true rotated boxes
-            for truth, rboxes in zip(self._samples["truths"], batch["rboxes"]):
-                truth["rboxes"] = rboxes.cpu().numpy()
-
     def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
         return {"rboxes": det["input_rboxes"], "scores": det["scores"], "labels": det["labels"],
                 "size": det["input_size"]}

@@ -12,25 +12,20 @@ OpenVINO, which returns the same (B, 4 + nc + 1, A) rows.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from vision_attn.data import DetectionTransform, open_detection
-from vision_attn.data.calibration import detection_calibration
-from vision_attn.data.detection import DetectionDataset
 from vision_attn.data.rotated import xywhr_to_corners
 from vision_attn.data.video import FrameReader
-from vision_attn.errors import CheckpointError, DataError
 from vision_attn.evaluation import obb_map
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo.obb import OBB
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess_rotated, rotated_to_original
-from vision_attn.tasks.detect.run import (batched, fmt_ap, load_detector_run, predict_files, predict_frames,
-                                         predictor)
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.obb.plots import draw_rotated
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult
@@ -44,11 +39,8 @@ def load_obb_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path, *, device: 
                  weights: bool = True) -> Run:
     """The oriented-box run of the checkpoint ``ckpt`` (read from ``path``): the model rebuilt from the -obb
     YAML it records, on ``device``, with the run's weights unless ``weights`` is False."""
-    run = load_detector_run(ckpt, path, device=device, weights=weights)
-    if not isinstance(run.model.model[-1], OBB):
-        raise CheckpointError(f"{path}: its model ends in {type(run.model.model[-1]).__name__}, not an OBB head: not "
-                              "an oriented-box run; use the `eval` / `predict` of its own task")
-    return dataclasses.replace(run, task="obb")
+    return load_headed_run(ckpt, path, device=device, weights=weights, task="obb", head=OBB,
+                           wrong="an OBB head: not an oriented-box run; use the `eval` / `predict` of its own task")
 
 
 def load_obb(path: str | os.PathLike) -> Run:
@@ -68,13 +60,6 @@ def rotated_of_batch(pred: torch.Tensor, model: torch.nn.Module, batch: dict[str
             for d, iid, scale, pad in zip(dets, batch["image_ids"], batch["scales"], batch["pads"])]
 
 
-def _run(run: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
-         max_det: int, multi_label: bool, network: Callable[[torch.Tensor], Any] | None = None) -> list[dict[str, Any]]:
-    return batched(run.model, dataset, lambda pred, batch: rotated_of_batch(pred, run.model, batch, conf=conf, iou=iou,
-                   max_det=max_det, multi_label=multi_label), batch_size=batch_size, num_workers=num_workers,
-                   network=network)
-
-
 def evaluate_obb(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val", fmt: str = "auto",
                  batch_size: int = 32, num_workers: int = 0, conf: float = 0.001, iou: float = 0.7, max_det: int = 300,
                  backend: str = "faster", runtime: Runtime | None = None) -> dict[str, Any]:
@@ -82,15 +67,10 @@ def evaluate_obb(checkpoint: str | os.PathLike, data: str | os.PathLike, *, spli
     oriented-box run on the ``split`` of ``data`` (``demo:digit-obb`` or a YOLO data YAML of oriented boxes);
     its classes must be the run's. ``runtime``: the network run there. (``backend``: unused; the rotated
     IoU runs in pycocotools.)"""
-    run = load_obb(checkpoint)
-    network = None if runtime is None else runtime(
-        run.model, run.img_size, lambda: detection_calibration(data, run.img_size[0], images=128))
-    dataset = open_detection(data, split, fmt=fmt, obb=True, transform=DetectionTransform(run.img_size[0], obb=True))
-    if list(dataset.names) != run.classes:
-        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
-                        f"{run.classes}; evaluate on data with the same classes in the same order")
-    dets = _run(run, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
-                multi_label=True, network=network)
+    run, network, dataset = evaluation_set(checkpoint, data, load_obb, split=split, fmt=fmt, runtime=runtime,
+                                           obb=True)
+    dets = batched(run, dataset, rotated_of_batch, batch_size=batch_size, num_workers=num_workers, conf=conf,
+                   iou=iou, max_det=max_det, multi_label=True, network=network)
     report = obb_map(dataset.ground_truth(), dets, names=dataset.names, category_ids=dataset.category_ids)
     return {"checkpoint": str(checkpoint), "data": str(data), "split": split, "images": len(dataset),
             "detections": sum(len(d["scores"]) for d in dets), "map": float(report.map), "map50": float(report.map50),
@@ -107,13 +87,6 @@ def _items(d: dict[str, Any], classes: Sequence[str]) -> list[dict[str, Any]]:
             for r, c, s, lb in zip(d["rboxes"], corners, d["scores"], d["labels"])]
 
 
-def _infer(run: Run, network: Callable[[torch.Tensor], Any] | None, conf: float, iou: float, max_det: int
-           ) -> Callable[[DetectionDataset, int], list[dict[str, Any]]]:
-    """What prediction runs on a data set of images: each one's best-class detections."""
-    return lambda dataset, batch_size: _run(run, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou,
-                                            max_det=max_det, multi_label=False, network=network)
-
-
 def _draw(run: Run) -> Callable[[np.ndarray, dict[str, Any]], np.ndarray]:
     return lambda image, d: draw_rotated(image, d["rboxes"], d["labels"], run.classes, d["scores"], thickness=2)
 
@@ -126,7 +99,8 @@ def predict_rotated(checkpoint: str | os.PathLike, images: Sequence[str | os.Pat
     ``output``, each image with its rotated boxes drawn is written there under its own name, and the list as
     ``rotated.json``. ``runtime``: the network run there."""
     run, network = predictor(checkpoint, runtime, load_obb)
-    return predict_files(run, images, output, _infer(run, network, conf, iou, max_det),
+    infer = inference(run, network, rotated_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_files(run, images, output, infer,
                          items=lambda d: _items(d, run.classes), draw=_draw(run), file="rotated.json", batch_size=batch_size)
 
 
@@ -136,16 +110,14 @@ def predict_rotated_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
     """Oriented boxes for every frame of ``reader``: ``OUT/STEM.mp4`` drawn and ``OUT/STEM.jsonl``, one line per
     frame (``{"frame", "time", "detections"}`` as :func:`predict_rotated` gives them)."""
     run, network = predictor(checkpoint, runtime, load_obb)
-    return predict_frames(run, reader, output, _infer(run, network, conf, iou, max_det),
+    infer = inference(run, network, rotated_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_frames(run, reader, output, infer,
                           items=lambda d: _items(d, run.classes), draw=_draw(run))
 
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class rotated-box AP table of an :func:`evaluate_obb` report, and its mAP line."""
-    rows = [(name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"])) for name, row in report["per_class"].items()]
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "oriented boxes", "AP@[.5:.95]", "AP@.5"), rows,
-                   f"rotated-box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}")
+    return map_listing(report, "oriented boxes", ("rotated-box", ""))
 
 
 def rotated_cell(r: dict[str, Any]) -> str:

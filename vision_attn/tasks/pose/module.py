@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from vision_attn.data.keypoints import default_sigmas
@@ -42,6 +41,8 @@ class PoseModule(DetectionModule):
     task_name = "pose"
     default_yaml = "yolov8-pose.yaml"
     heads = ("pose",)
+    of_batch = staticmethod(keypoints_of_batch)
+    truth_keys = ("keypoints",)  # predictions.png shows the true points too
 
     def __init__(self, *, keypoints: dict[str, Any] | None = None, pose_gain: float = 12.0, kobj_gain: float = 1.0,
                  rle_gain: float = 1.0, **kwargs: Any) -> None:
@@ -73,22 +74,6 @@ class PoseModule(DetectionModule):
     # ---------------------------------------------------------------- validation
     def prediction_grid(self, images, predictions, truths, names):  # type: ignore[override]
         return pose_grid(images, predictions, truths, names, skeleton=self._keypoints.get("skeleton") or ())
-
-    @torch.no_grad()
-    def detect(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """Detections of a batch in original image pixels: per image ``{image_id, boxes, scores, labels,
-        keypoints}``, and in network-input pixels ``input_boxes`` and ``input_keypoints``."""
-        hp = self.hparams
-        found = keypoints_of_batch(self(batch["images"]), self.eval_model(), batch, conf=hp.conf, iou=hp.iou,
-                                   max_det=hp.max_det, multi_label=True)
-        return [{**d, "input_size": int(batch["images"].shape[-1])} for d in found]
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        fresh = self._samples is None
-        super().validation_step(batch, batch_idx)
-        if fresh and self._samples is not None:  # predictions.png shows the true points too
-            for truth, points in zip(self._samples["truths"], batch["keypoints"]):
-                truth["keypoints"] = points.cpu().numpy()
 
     def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
         return {**super().sample_prediction(det), "keypoints": det["input_keypoints"], "size": det["input_size"]}

@@ -21,17 +21,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from vision_attn.data import DetectionTransform, open_detection
-from vision_attn.data.calibration import detection_calibration
-from vision_attn.data.detection import DetectionDataset
 from vision_attn.data.video import FrameReader
-from vision_attn.errors import CheckpointError, DataError
+from vision_attn.errors import DataError
 from vision_attn.evaluation import coco_map, keypoint_map
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
 from vision_attn.models.yolo.pose import Pose
 from vision_attn.models.yolo.postprocess import is_end_to_end, keypoints_to_original, postprocess, to_original
-from vision_attn.tasks.detect.run import (batched, fmt_ap, load_detector_run, predict_files, predict_frames,
-                                         predictor)
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.pose.plots import draw_poses
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.stream import StreamResult
@@ -46,15 +43,12 @@ def load_pose_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path, *, device:
     """The keypoint run of the checkpoint ``ckpt`` (read from ``path``): the model rebuilt from the -pose YAML
     it records, on ``device``, with the run's weights unless ``weights`` is False; ``extra["keypoints"]``:
     the data's keypoints as the run recorded them (an ultralytics file: its ``kpt_shape`` only)."""
-    run = load_detector_run(ckpt, path, device=device, weights=weights)
-    head = run.model.model[-1]
-    if not isinstance(head, Pose):
-        raise CheckpointError(f"{path}: its model ends in {type(head).__name__}, not a Pose head: not a keypoint "
-                              "run; use the `eval` / `predict` of its own task")
+    run = load_headed_run(ckpt, path, device=device, weights=weights, task="pose", head=Pose,
+                          wrong="a Pose head: not a keypoint run; use the `eval` / `predict` of its own task")
     spec = dict(run.hparams.get("keypoints") or {})
-    spec.setdefault("kpt_shape", list(head.kpt_shape))
+    spec.setdefault("kpt_shape", list(run.model.model[-1].kpt_shape))
     spec.setdefault("skeleton", [])
-    return dataclasses.replace(run, task="pose", extra={**run.extra, "keypoints": spec})
+    return dataclasses.replace(run, extra={**run.extra, "keypoints": spec})
 
 
 def load_pose(path: str | os.PathLike) -> Run:
@@ -84,33 +78,20 @@ def keypoints_of_batch(pred: torch.Tensor, model: torch.nn.Module, batch: dict[s
     return out
 
 
-def _run(run: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
-         max_det: int, multi_label: bool, network: Callable[[torch.Tensor], Any] | None = None) -> list[dict[str, Any]]:
-    return batched(run.model, dataset, lambda pred, batch: keypoints_of_batch(pred, run.model, batch, conf=conf, iou=iou,
-                   max_det=max_det, multi_label=multi_label), batch_size=batch_size, num_workers=num_workers,
-                   network=network)
-
-
 def evaluate_pose(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val", fmt: str = "auto",
                   batch_size: int = 32, num_workers: int = 0, conf: float = 0.001, iou: float = 0.7,
                   max_det: int = 300, backend: str = "faster", runtime: Runtime | None = None) -> dict[str, Any]:
     """Box COCO mAP and keypoint (OKS, the data's sigmas) mAP@[.5:.95], mAP@.5 and per-class AP of a keypoint
     run on the ``split`` of ``data`` (``demo:digit-keypoints``, a YOLO data YAML with ``kpt_shape``, a COCO
     keypoints folder); its classes and ``kpt_shape`` must be the run's. ``runtime``: the network run there."""
-    run = load_pose(checkpoint)
-    network = None if runtime is None else runtime(
-        run.model, run.img_size, lambda: detection_calibration(data, run.img_size[0], images=128))
-    dataset = open_detection(data, split, fmt=fmt, keypoints=True,
-                             transform=DetectionTransform(run.img_size[0], keypoints=True))
-    if list(dataset.names) != run.classes:
-        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
-                        f"{run.classes}; evaluate on data with the same classes in the same order")
+    run, network, dataset = evaluation_set(checkpoint, data, load_pose, split=split, fmt=fmt, runtime=runtime,
+                                           keypoints=True)
     spec = dataset.keypoint_spec
     if list(spec.kpt_shape) != list(run.model.model[-1].kpt_shape):
         raise DataError(f"{data} ({split}) has kpt_shape {spec.kpt_shape} but the checkpoint predicts "
                         f"{list(run.model.model[-1].kpt_shape)}; evaluate on data with the run's keypoints")
-    dets = _run(run, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
-                multi_label=True, network=network)
+    dets = batched(run, dataset, keypoints_of_batch, batch_size=batch_size, num_workers=num_workers, conf=conf,
+                   iou=iou, max_det=max_det, multi_label=True, network=network)
     truth = dataset.ground_truth()
     box = coco_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, backend=backend)
     pose = keypoint_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, sigmas=spec.sigmas)
@@ -129,13 +110,6 @@ def _items(d: dict[str, Any], classes: Sequence[str]) -> list[dict[str, Any]]:
             for box, s, lb, pts in zip(d["boxes"], d["scores"], d["labels"], d["keypoints"])]
 
 
-def _infer(run: Run, network: Callable[[torch.Tensor], Any] | None, conf: float, iou: float, max_det: int
-           ) -> Callable[[DetectionDataset, int], list[dict[str, Any]]]:
-    """What prediction runs on a data set of images: each one's best-class detections."""
-    return lambda dataset, batch_size: _run(run, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou,
-                                            max_det=max_det, multi_label=False, network=network)
-
-
 def _draw(run: Run) -> Callable[[np.ndarray, dict[str, Any]], np.ndarray]:
     skeleton = run.extra["keypoints"].get("skeleton") or []
     return lambda image, d: draw_poses(image, d["boxes"], d["keypoints"], d["labels"], run.classes, d["scores"],
@@ -150,7 +124,8 @@ def predict_keypoints(checkpoint: str | os.PathLike, images: Sequence[str | os.P
     original pixels. With ``output``, each image with its boxes, points and skeleton drawn is written there
     under its own name, and the list as ``keypoints.json``. ``runtime``: the network run there."""
     run, network = predictor(checkpoint, runtime, load_pose)
-    return predict_files(run, images, output, _infer(run, network, conf, iou, max_det),
+    infer = inference(run, network, keypoints_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_files(run, images, output, infer,
                          items=lambda d: _items(d, run.classes), draw=_draw(run), file="keypoints.json", batch_size=batch_size)
 
 
@@ -160,21 +135,14 @@ def predict_keypoint_video(checkpoint: str | os.PathLike, reader: FrameReader, o
     """Boxes with keypoints for every frame of ``reader``: ``OUT/STEM.mp4`` drawn and ``OUT/STEM.jsonl``, one
     line per frame (``{"frame", "time", "detections"}`` as :func:`predict_keypoints` gives them)."""
     run, network = predictor(checkpoint, runtime, load_pose)
-    return predict_frames(run, reader, output, _infer(run, network, conf, iou, max_det),
+    infer = inference(run, network, keypoints_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_frames(run, reader, output, infer,
                           items=lambda d: _items(d, run.classes), draw=_draw(run))
 
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class box and keypoint AP table of an :func:`evaluate_pose` report, and its mAP line."""
-    rows = []
-    for name, row in report["per_class"].items():
-        pose = report["per_class_pose"][name]
-        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(pose["ap"]),
-                     fmt_ap(pose["ap50"])))
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "keypoint AP@[.5:.95]", "keypoint AP@.5"),
-                   rows, f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; keypoint mAP@[.5:.95] "
-                         f"{report['pose_map']:.4f}, mAP@.5 {report['pose_map50']:.4f}")
+    return map_listing(report, "instances", ("box", ""), ("keypoint", "pose"))
 
 
 def keypoints_cell(r: dict[str, Any]) -> str:

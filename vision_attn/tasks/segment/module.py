@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from vision_attn.evaluation import coco_map
@@ -35,6 +34,9 @@ class SegmentationModule(DetectionModule):
     prediction_grid = staticmethod(segment_grid)
     default_yaml = "yolov8-seg.yaml"
     heads = ("segment",)
+    of_batch = staticmethod(segments_of_batch)
+    scored = staticmethod(with_rle)  # the evaluation takes the masks as COCO RLEs
+    truth_keys = ("masks",)  # predictions.png outlines the true masks too
 
     def __init__(self, *, mask_gain: float | None = None, **kwargs: Any) -> None:
         self._mask_gain = mask_gain  # read by build_criterion, which the detection module's __init__ calls
@@ -50,23 +52,6 @@ class SegmentationModule(DetectionModule):
         return super().build_criterion(e2e_weights, mask_gain=self._mask_gain, **gains)
 
     # ---------------------------------------------------------------- validation
-    @torch.no_grad()
-    def detect(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """Detections of a batch in original image pixels: per image ``{image_id, boxes, scores, labels,
-        masks}`` (masks: COCO RLEs), and in network-input pixels ``input_boxes`` and ``input_masks``
-        ((m, H, W) bool, for the pictures)."""
-        hp = self.hparams
-        found = segments_of_batch(self(batch["images"]), self.eval_model(), batch, conf=hp.conf, iou=hp.iou,
-                                  max_det=hp.max_det, multi_label=True)
-        return [{**with_rle(d), "input_boxes": d["input_boxes"], "input_masks": d["input_masks"]} for d in found]
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        fresh = self._samples is None
-        super().validation_step(batch, batch_idx)
-        if fresh and self._samples is not None:  # predictions.png outlines the true masks too
-            for truth, masks in zip(self._samples["truths"], batch["masks"]):
-                truth["masks"] = masks.cpu().numpy()
-
     def sample_prediction(self, det: dict[str, Any]) -> dict[str, Any]:
         return {**super().sample_prediction(det), "masks": det["input_masks"]}
 

@@ -13,31 +13,25 @@ the same ``(pred, protos)`` pair; masks and boxes are then made here as for PyTo
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from vision_attn.data import DetectionTransform, image_paths, open_detection
-from vision_attn.data.calibration import detection_calibration
-from vision_attn.data.detection import DetectionDataset, collate_detection
 from vision_attn.data.masks import encode_mask
-from vision_attn.errors import CheckpointError, DataError
 from vision_attn.evaluation import coco_map
 from vision_attn.io.ultralytics_pt import UltralyticsCheckpoint
-from vision_attn.models.yolo.fuse import fuse_conv_bn
 from vision_attn.models.yolo.masks import instance_masks, masks_to_original
 from vision_attn.models.yolo.postprocess import is_end_to_end, postprocess, to_original
 from vision_attn.models.yolo.segment import Segment
 from vision_attn.data.video import FrameReader
-from vision_attn.tasks.detect.run import FrameList, ImageList, fmt_ap, image_results, load_detector_run, predictor
+from vision_attn.tasks.detect.run import (batched, evaluation_set, inference, load_headed_run, map_listing,
+                                         predict_files, predict_frames, predictor)
 from vision_attn.tasks.runs import Run, Runtime, read_task_checkpoint
 from vision_attn.tasks.segment.plots import draw_segments
-from vision_attn.tasks.stream import StreamResult, predict_stream
+from vision_attn.tasks.stream import StreamResult
 from vision_attn.tasks.task import Listing
 
 __all__ = ["load_segmenter_run", "load_segmenter", "segments_of_batch", "evaluate_segmenter", "predict_segments",
@@ -48,11 +42,8 @@ def load_segmenter_run(ckpt: dict[str, Any] | UltralyticsCheckpoint, path: Path,
                        device: str | torch.device = "cpu", weights: bool = True) -> Run:
     """The segmentation run of the checkpoint ``ckpt`` (read from ``path``): the model rebuilt from the
     -seg YAML it records, on ``device``, with the run's weights unless ``weights`` is False."""
-    run = load_detector_run(ckpt, path, device=device, weights=weights)
-    if not isinstance(run.model.model[-1], Segment):
-        raise CheckpointError(f"{path}: its model ends in {type(run.model.model[-1]).__name__}, not a Segment head: "
-                              "a detection run; use `vision-attn eval det` / `predict det`")
-    return dataclasses.replace(run, task="seg")
+    return load_headed_run(ckpt, path, device=device, weights=weights, task="seg", head=Segment,
+                           wrong="a Segment head: a detection run; use `vision-attn eval det` / `predict det`")
 
 
 def load_segmenter(path: str | os.PathLike) -> Run:
@@ -91,19 +82,6 @@ def with_rle(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@torch.no_grad()
-def _run(seg: Run, dataset: DetectionDataset, *, batch_size: int, num_workers: int, conf: float, iou: float,
-         max_det: int, multi_label: bool, network: Callable[[torch.Tensor], Any] | None = None) -> list[dict[str, Any]]:
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_detection)
-    net = network or seg.model
-    out = []
-    for batch in loader:
-        x = batch["images"].contiguous(memory_format=torch.channels_last)
-        out.extend(segments_of_batch(net(x), seg.model, batch, conf=conf, iou=iou, max_det=max_det,
-                                     multi_label=multi_label))
-    return out
-
-
 def evaluate_segmenter(checkpoint: str | os.PathLike, data: str | os.PathLike, *, split: str = "val",
                        fmt: str = "auto", batch_size: int = 32, num_workers: int = 0, conf: float = 0.001,
                        iou: float = 0.7, max_det: int = 300, backend: str = "faster", runtime: Runtime | None = None
@@ -112,16 +90,11 @@ def evaluate_segmenter(checkpoint: str | os.PathLike, data: str | os.PathLike, *
     ``data`` (``demo:digit-masks``, a YOLO data YAML with polygon labels, a COCO folder with segmentations).
     ``runtime``: the network run there (calibrated, where it calibrates, on 128 of ``data``'s training
     images)."""
-    seg = load_segmenter(checkpoint)
-    network = None if runtime is None else runtime(
-        seg.model, seg.img_size, lambda: detection_calibration(data, seg.img_size[0], images=128))
-    dataset = open_detection(data, split, fmt=fmt, transform=DetectionTransform(seg.img_size[0], masks=True),
-                             masks=True)
-    if list(dataset.names) != seg.classes:
-        raise DataError(f"{data} ({split}) has classes {list(dataset.names)} but the checkpoint was trained on "
-                        f"{seg.classes}; evaluate on data with the same classes in the same order")
-    dets = [with_rle(d) for d in _run(seg, dataset, batch_size=batch_size, num_workers=num_workers, conf=conf,
-                                      iou=iou, max_det=max_det, multi_label=True, network=network)]
+    seg, network, dataset = evaluation_set(checkpoint, data, load_segmenter, split=split, fmt=fmt, runtime=runtime,
+                                           masks=True)
+    dets = [with_rle(d) for d in batched(seg, dataset, segments_of_batch, batch_size=batch_size,
+                                         num_workers=num_workers, conf=conf, iou=iou, max_det=max_det,
+                                         multi_label=True, network=network)]
     truth = dataset.ground_truth()
     box = coco_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, backend=backend)
     mask = coco_map(truth, dets, names=dataset.names, category_ids=dataset.category_ids, backend=backend,
@@ -145,6 +118,10 @@ def _items(d: dict[str, Any], classes: Sequence[str]) -> list[dict[str, Any]]:
             for box, s, lb, m in zip(d["boxes"], d["scores"], d["labels"], d["masks"])]
 
 
+def _draw(run: Run) -> Callable[[np.ndarray, dict[str, Any]], np.ndarray]:
+    return lambda image, d: draw_segments(image, d["masks"], d["boxes"], d["labels"], run.classes, d["scores"])
+
+
 def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.PathLike], *,
                      output: str | os.PathLike | None = None, conf: float = 0.25, iou: float = 0.7,
                      max_det: int = 300, batch_size: int = 16, runtime: Runtime | None = None
@@ -154,13 +131,10 @@ def predict_segments(checkpoint: str | os.PathLike, images: Sequence[str | os.Pa
     in original pixels. With ``output``, each image with its masks and boxes drawn is written there under
     its own name, and the list as ``segments.json``. ``runtime``: the network run there."""
     seg, network = predictor(checkpoint, runtime, load_segmenter)
-    dataset = ImageList(image_paths(images))
-    dataset.transform = DetectionTransform(seg.img_size[0])
-    found = _run(seg, dataset, batch_size=batch_size, num_workers=0, conf=conf, iou=iou, max_det=max_det,
-                 multi_label=False, network=network)
-    return image_results(dataset.records, found, output, items=lambda d: _items(d, seg.classes),
-                         draw=lambda image, d: draw_segments(image, d["masks"], d["boxes"], d["labels"], seg.classes,
-                                                             d["scores"]), file="segments.json")
+    infer = inference(seg, network, segments_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_files(seg, images, output, infer,
+                         items=lambda d: _items(d, seg.classes), draw=_draw(seg), file="segments.json",
+                         batch_size=batch_size)
 
 
 def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, output: str | os.PathLike, *,
@@ -171,28 +145,12 @@ def predict_segment_video(checkpoint: str | os.PathLike, reader: FrameReader, ou
     "detections"}``, the detections as :func:`predict_segments` gives them). ``runtime``: the network run
     there."""
     seg, network = predictor(checkpoint, runtime, load_segmenter)
-    transform = DetectionTransform(seg.img_size[0])
-
-    def infer(frames: Sequence[np.ndarray]) -> list[dict[str, Any]]:
-        return _run(seg, FrameList(frames, transform), batch_size=len(frames), num_workers=0, conf=conf, iou=iou,
-                    max_det=max_det, multi_label=False, network=network)
-
-    def draw(frame: np.ndarray, d: dict[str, Any]) -> np.ndarray:
-        return draw_segments(frame, d["masks"], d["boxes"], d["labels"], seg.classes, d["scores"])
-
-    return predict_stream(reader, output, infer=infer, draw=draw,
-                          record=lambda d: {"detections": _items(d, seg.classes)})
+    infer = inference(seg, network, segments_of_batch, conf=conf, iou=iou, max_det=max_det)
+    return predict_frames(seg, reader, output, infer,
+                          items=lambda d: _items(d, seg.classes), draw=_draw(seg))
 
 
 def eval_listing(report: dict[str, Any]) -> Listing:
     """The per-class box and mask AP table of an :func:`evaluate_segmenter` report, and its mAP line."""
-    rows = []
-    for name, row in report["per_class"].items():
-        mask = report["per_class_mask"][name]
-        rows.append((name, str(row["boxes"]), fmt_ap(row["ap"]), fmt_ap(row["ap50"]), fmt_ap(mask["ap"]),
-                     fmt_ap(mask["ap50"])))
-    return Listing(f"{report['checkpoint']} on {report['data']} ({report['split']}, {report['images']} images)",
-                   ("class", "instances", "box AP@[.5:.95]", "box AP@.5", "mask AP@[.5:.95]", "mask AP@.5"), rows,
-                   f"box mAP@[.5:.95] {report['map']:.4f}, mAP@.5 {report['map50']:.4f}; mask mAP@[.5:.95] "
-                   f"{report['mask_map']:.4f}, mAP@.5 {report['mask_map50']:.4f}")
+    return map_listing(report, "instances", ("box", ""), ("mask", "mask"))
 
