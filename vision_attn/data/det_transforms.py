@@ -70,7 +70,8 @@ from vision_attn.data.rotated import corners_to_xywhr, fit_visible  # noqa: E402
 from vision_attn.data.shape_transforms import place_bitmap, place_polygons, replay_points  # noqa: E402
 from vision_attn.errors import ConfigError  # noqa: E402
 
-__all__ = ["DetectionTransform", "letterbox_params", "clip_keypoints", "PAD_VALUE"]
+__all__ = ["DetectionTransform", "letterbox_params", "clip_keypoints", "mosaic_tile", "place_boxes", "place_points",
+           "finish_points", "PAD_VALUE"]
 
 PAD_VALUE = 114  # grey of the letterbox and mosaic borders, as in the YOLO family
 
@@ -269,33 +270,12 @@ class DetectionTransform:
         out_boxes = np.asarray(out["bboxes"], dtype=np.float32).reshape(-1, 4)
         out_labels = np.asarray(out["labels"], dtype=np.int64).reshape(-1)
         ids = np.asarray(out["ids"], dtype=np.int64).reshape(-1)
-        applied = out["applied_transforms"]
         target: dict[str, Any] = {"image_id": rec.image_id, "orig_size": (rec.height, rec.width),
                                   "scale": float(scale), "pad": pad}
-        if self.keypoints:
-            kpts = np.asarray(points, np.float32)[ids].copy()
-            kpts[..., :2] = replay_points(kpts[..., :2].reshape(-1, 2), applied, (h, w)).reshape(kpts[..., :2].shape)
-            kpts = clip_keypoints(kpts, w, h)
-            if any(name == "HorizontalFlip" for name, _ in applied):
-                if spec.flip_idx is None:
-                    raise ConfigError(f"{dataset!r}: a horizontal flip needs the keypoints' flip_idx (the data YAML's "
-                                      f"flip_idx); give it, or set hflip to 0")
-                kpts = kpts[:, list(spec.flip_idx)]
-            target["keypoints"] = torch.from_numpy(np.ascontiguousarray(kpts, np.float32))
-        else:
-            moved = replay_points(np.asarray(points, np.float32)[ids].reshape(-1, 2), applied, (h, w))
-            fitted = [fit_visible(c, 0, 0, w, h) for c in moved.reshape(len(ids), 4, 2)]
-            keep = np.array([f is not None for f in fitted], bool)
-            rects = np.array([f for f in fitted if f is not None], np.float32).reshape(-1, 4, 2)
-            shape_boxes = np.concatenate([rects.min(1), rects.max(1)], axis=1).reshape(-1, 4)
-            np.clip(shape_boxes, 0, [w, h, w, h], out=shape_boxes)
-            if self.train:  # slivers dropped, as the boxes are
-                wide = (shape_boxes[:, 2:] - shape_boxes[:, :2] >= 2).all(axis=1)
-                keep[keep] = wide
-                rects, shape_boxes = rects[wide], shape_boxes[wide]
-            out_boxes, out_labels = shape_boxes, out_labels[keep]
-            target["rboxes"] = torch.from_numpy(corners_to_xywhr(rects).astype(np.float32).reshape(-1, 5))
-        target["boxes"], target["labels"] = torch.from_numpy(out_boxes), torch.from_numpy(out_labels)
+        target.update(finish_points(np.asarray(points, np.float32)[ids], out_boxes, out_labels,
+                                    out["applied_transforms"], (h, w), keypoints=self.keypoints,
+                                    flip_idx=spec.flip_idx if spec is not None else None, train=self.train,
+                                    where=repr(dataset)))
         return image_to_tensor(out["image"]), target
 
     def _mosaic_image(self, dataset: DetectionDataset, index: int, with_shapes: bool = False,
@@ -323,30 +303,13 @@ class DetectionTransform:
             if r != 1:
                 image = cv2.resize(image, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=cv2.INTER_LINEAR)
             h, w = image.shape[:2]
-            if k == 0:  # top left: the image's bottom-right corner at the centre
-                xa, ya, xb, yb = max(xc - w, 0), max(yc - h, 0), xc, yc
-                sx, sy = w - (xb - xa), h - (yb - ya)
-            elif k == 1:  # top right
-                xa, ya, xb, yb = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
-                sx, sy = 0, h - (yb - ya)
-            elif k == 2:  # bottom left
-                xa, ya, xb, yb = max(xc - w, 0), yc, xc, min(yc + h, 2 * s)
-                sx, sy = w - (xb - xa), 0
-            else:  # bottom right
-                xa, ya, xb, yb = xc, yc, min(xc + w, 2 * s), min(yc + h, 2 * s)
-                sx, sy = 0, 0
+            xa, ya, xb, yb, sx, sy = mosaic_tile(k, xc, yc, h, w, s)
             canvas[ya:yb, xa:xb] = image[sy:sy + (yb - ya), sx:sx + (xb - xa)]
             if len(boxes) == 0:
                 continue
-            placed = boxes * np.float32(r) + np.array([xa - sx, ya - sy] * 2, dtype=np.float32)
-            kept = placed.copy()
-            np.clip(kept[:, 0::2], xa, xb, out=kept[:, 0::2])
-            np.clip(kept[:, 1::2], ya, yb, out=kept[:, 1::2])
-            area = (placed[:, 2] - placed[:, 0]) * (placed[:, 3] - placed[:, 1])
-            visible = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
-            ok = (visible > 0) & (visible >= self.min_visibility * area)
+            kept, ok = place_boxes(boxes, r, (xa, ya, xb, yb), (sx, sy), self.min_visibility)
             if with_points:
-                placed_points = _place_points(points, r, xa - sx, ya - sy, (xa, ya, xb, yb))
+                placed_points = place_points(points, r, xa - sx, ya - sy, (xa, ya, xb, yb))
                 ok &= np.array([q is not None for q in placed_points], bool)
                 all_points += [q for q, o in zip(placed_points, ok) if o]
             all_boxes.append(kept[ok])
@@ -369,6 +332,75 @@ class DetectionTransform:
         return canvas, boxes, labels
 
 
+def mosaic_tile(k: int, xc: int, yc: int, h: int, w: int, s: int) -> tuple[int, int, int, int, int, int]:
+    """Where the ``k``-th image (0: top left, 1: top right, 2: bottom left, 3: bottom right) of a mosaic,
+    resized to (``h``, ``w``), goes on the 2S x 2S canvas whose images meet at (``xc``, ``yc``): its tile
+    (xa, ya, xb, yb) on the canvas and the tile's top-left corner (sx, sy) in the image."""
+    if k == 0:  # top left: the image's bottom-right corner at the centre
+        xa, ya, xb, yb = max(xc - w, 0), max(yc - h, 0), xc, yc
+        return xa, ya, xb, yb, w - (xb - xa), h - (yb - ya)
+    if k == 1:  # top right
+        xa, ya, xb, yb = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
+        return xa, ya, xb, yb, 0, h - (yb - ya)
+    if k == 2:  # bottom left
+        xa, ya, xb, yb = max(xc - w, 0), yc, xc, min(yc + h, 2 * s)
+        return xa, ya, xb, yb, w - (xb - xa), 0
+    xa, ya, xb, yb = xc, yc, min(xc + w, 2 * s), min(yc + h, 2 * s)  # bottom right
+    return xa, ya, xb, yb, 0, 0
+
+
+def place_boxes(boxes: np.ndarray, r: float, tile: tuple[int, int, int, int], src: tuple[int, int],
+                min_visibility: float) -> tuple[np.ndarray, np.ndarray]:
+    """An image's boxes (n, 4) on the mosaic canvas: scaled by ``r``, moved to ``tile`` (xa, ya, xb, yb)
+    whose corner is ``src`` (sx, sy) in the resized image, clipped to the tile; and which of them keep at
+    least ``min_visibility`` of their area (and some area) there, (n,) bool."""
+    xa, ya, xb, yb = tile
+    placed = boxes * np.float32(r) + np.array([xa - src[0], ya - src[1]] * 2, dtype=np.float32)
+    kept = placed.copy()
+    np.clip(kept[:, 0::2], xa, xb, out=kept[:, 0::2])
+    np.clip(kept[:, 1::2], ya, yb, out=kept[:, 1::2])
+    area = (placed[:, 2] - placed[:, 0]) * (placed[:, 3] - placed[:, 1])
+    visible = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
+    return kept, (visible > 0) & (visible >= min_visibility * area)
+
+
+def finish_points(points: np.ndarray, boxes: np.ndarray, labels: np.ndarray,
+                  applied: list[tuple[str, dict[str, Any]]], size: tuple[int, int], *, keypoints: bool,
+                  flip_idx: Any, train: bool, where: str) -> dict[str, torch.Tensor]:
+    """The target tensors of the instances kept by the pipeline (``boxes`` (n, 4), ``labels`` (n,) and their
+    ``points`` (n, K, 3) keypoints or (n, 4, 2) corners in the pipeline's input), moved through ``applied``
+    (``out["applied_transforms"]``, or the same steps of the device path) to the output image of (h, w)
+    ``size``: keypoints clipped (visibility 0 outside) and swapped by ``flip_idx`` after a horizontal flip;
+    corners re-fit to their visible part (instances with none dropped; in training also those narrower than
+    2 px) with ``rboxes`` and their enclosing ``boxes``."""
+    h, w = size
+    if keypoints:
+        kpts = np.asarray(points, np.float32).copy()
+        kpts[..., :2] = replay_points(kpts[..., :2].reshape(-1, 2), applied, (h, w)).reshape(kpts[..., :2].shape)
+        kpts = clip_keypoints(kpts, w, h)
+        if any(name == "HorizontalFlip" for name, _ in applied):
+            if flip_idx is None:
+                raise ConfigError(f"{where}: a horizontal flip needs the keypoints' flip_idx (the data YAML's "
+                                  f"flip_idx); give it, or set hflip to 0")
+            kpts = kpts[:, list(flip_idx)]
+        return {"boxes": torch.from_numpy(np.ascontiguousarray(boxes, np.float32)),
+                "labels": torch.from_numpy(np.ascontiguousarray(labels, np.int64)),
+                "keypoints": torch.from_numpy(np.ascontiguousarray(kpts, np.float32))}
+    moved = replay_points(np.asarray(points, np.float32).reshape(-1, 2), applied, (h, w))
+    fitted = [fit_visible(c, 0, 0, w, h) for c in moved.reshape(len(points), 4, 2)]
+    keep = np.array([f is not None for f in fitted], bool)
+    rects = np.array([f for f in fitted if f is not None], np.float32).reshape(-1, 4, 2)
+    shape_boxes = np.concatenate([rects.min(1), rects.max(1)], axis=1).reshape(-1, 4)
+    np.clip(shape_boxes, 0, [w, h, w, h], out=shape_boxes)
+    if train:  # slivers dropped, as the boxes are
+        wide = (shape_boxes[:, 2:] - shape_boxes[:, :2] >= 2).all(axis=1)
+        keep[keep] = wide
+        rects, shape_boxes = rects[wide], shape_boxes[wide]
+    return {"boxes": torch.from_numpy(np.ascontiguousarray(shape_boxes, np.float32)),
+            "labels": torch.from_numpy(np.ascontiguousarray(np.asarray(labels, np.int64).reshape(-1)[keep])),
+            "rboxes": torch.from_numpy(corners_to_xywhr(rects).astype(np.float32).reshape(-1, 5))}
+
+
 def clip_keypoints(kpts: np.ndarray, w: float, h: float) -> np.ndarray:
     """Keypoints (n, K, 3): visibility 0 where a point lies outside [0, w] x [0, h], coordinates clipped to
     it (ultralytics' ``Instances.clip``)."""
@@ -380,7 +412,7 @@ def clip_keypoints(kpts: np.ndarray, w: float, h: float) -> np.ndarray:
     return out
 
 
-def _place_points(points: np.ndarray, r: float, dx: float, dy: float,
+def place_points(points: np.ndarray, r: float, dx: float, dy: float,
                   tile: tuple[int, int, int, int]) -> list[np.ndarray | None]:
     """An image's keypoints (n, K, 3) or corners (n, 4, 2) on the mosaic canvas: scaled by ``r``, moved by
     (``dx``, ``dy``); keypoints outside ``tile`` (xa, ya, xb, yb) get visibility 0, corners are fit to it
