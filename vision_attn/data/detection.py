@@ -321,18 +321,20 @@ def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> d
     """Items of one size -> ``{images (B, 3, H, W), boxes [(n_i, 4)], labels [(n_i,)], image_ids,
     orig_sizes, scales, pads}`` (lists of length B, boxes in network-input pixels), and ``masks``
     [(n_i, Hm, Wm) uint8] when the items carry masks; ``keypoints`` [(n_i, K, 3)] or ``rboxes``
-    [(n_i, 5)] (network-input pixels) when they carry those, with ``targets`` (:func:`yolo_targets`)."""
+    [(n_i, 5)] (network-input pixels) when they carry those, with ``targets`` (:func:`yolo_targets`);
+    ``corners`` [(n_i, 4, 2)] (original pixels, the items of ``data.augment: device``) as they are."""
     images = [image for image, _ in batch]
     if len({tuple(im.shape) for im in images}) > 1:
         raise DataError(f"collate_detection: images of different sizes {sorted({tuple(im.shape) for im in images})}; "
                         f"give the dataset a DetectionTransform(img_size=...) so every image is letterboxed")
     targets = [t for _, t in batch]
-    stacked = torch.from_numpy(np.stack([im.numpy() for im in images]))  # NumPy: see image_to_tensor
+    stacked = torch.from_numpy(np.stack([im.numpy() for im in images]))  # NumPy: see image_to_tensor (uint8 too)
     out = {"images": stacked, "boxes": [t["boxes"] for t in targets],
            "labels": [t["labels"] for t in targets], "image_ids": [int(t["image_id"]) for t in targets],
            "orig_sizes": [tuple(t["orig_size"]) for t in targets], "scales": [float(t["scale"]) for t in targets],
            "pads": [tuple(t["pad"]) for t in targets]}
-    for key, what in (("masks", "masks=True"), ("keypoints", "keypoints=True"), ("rboxes", "obb=True")):
+    for key, what in (("masks", "masks=True"), ("keypoints", "keypoints=True"), ("rboxes", "obb=True"),
+                      ("corners", "obb=True")):
         carried = sum(key in t for t in targets)
         if carried == len(targets):
             out[key] = [t[key] for t in targets]

@@ -4,20 +4,29 @@ batches (:func:`vision_attn.data.collate_detection`).
 ``data`` is what :func:`vision_attn.data.open_detection` opens: ``demo:digit-boxes``, a YOLO data
 YAML, or a COCO folder. Training items are augmented (mosaic, affine, colour jitter, optional flips);
 validation items are letterboxed only. Workers are seeded and persistent; switching the mosaic off
-reaches them through shared memory.
+reaches them through shared memory. With ``augment="device"`` the training workers only decode
+(:class:`~vision_attn.data.det_device_augment.DetectionItems`) and the batch is augmented by
+:class:`~vision_attn.data.det_device_augment.DetectionDeviceAugment`: its draws and targets in
+:meth:`~DetectionDataModule.on_before_batch_transfer` (CPU), its pixels in
+:meth:`~DetectionDataModule.on_after_batch_transfer` (the training device), seeded by the batch's
+position (:func:`~vision_attn.data.device_augment.batch_seed`), so a resumed run augments as the
+uninterrupted one.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Literal
 
+import torch
 from torch.utils.data import DataLoader
 
 from vision_attn.data import DetectionTransform, collate_detection, open_detection
+from vision_attn.data.det_device_augment import DetectionDeviceAugment, DetectionItems, ImagePlan
+from vision_attn.data.device_augment import AUGMENT_ON, batch_seed
 from vision_attn.data.faults import Faults, screen_images
 from vision_attn.data.loader import check_loader_args
 from vision_attn.errors import ConfigError, DataError
-from vision_attn.tasks.data_module import ResumableDataModule
+from vision_attn.tasks.data_module import ResumableDataModule, training_position
 
 __all__ = ["DetectionDataModule"]
 
@@ -40,6 +49,10 @@ class DetectionDataModule(ResumableDataModule):
             degrees, shear: rotation and shear ranges in degrees (0: none, the default);
             hflip, vflip: flip probabilities (0 for digits and text);
         hsv: hue, saturation and value shift limits; min_visibility: share of a box that must stay visible.
+        augment: where the training augmentation runs: ``"loader"``: in the loader workers (albumentations,
+            per image); ``"device"``: the workers only decode, and the mosaic, affine, HSV and flips run on
+            each batch where it trains (the GPU), from the same distributions (a mosaic's other images are
+            drawn from its batch); not for instance masks.
         num_workers: loader processes (0: load in the training process); persistent_workers: keep them
             between epochs; pin_memory: page-locked batches (None: when CUDA is available).
         drop_last: drop the incomplete last training batch.
@@ -63,6 +76,7 @@ class DetectionDataModule(ResumableDataModule):
         vflip: float = 0.0,
         hsv: tuple[float, float, float] = (5.0, 40.0, 30.0),
         min_visibility: float = 0.25,
+        augment: Literal["loader", "device"] = "loader",
         num_workers: int = 2,
         persistent_workers: bool = True,
         pin_memory: bool | None = None,
@@ -74,7 +88,15 @@ class DetectionDataModule(ResumableDataModule):
         if img_size % 32:
             raise ConfigError(f"data.img_size={img_size}: give a multiple of 32 (the detector's largest stride), "
                               f"e.g. {max(32, round(img_size / 32) * 32)}")
+        if augment not in AUGMENT_ON:
+            raise ConfigError(f"data.augment={augment!r}: choose one of {', '.join(AUGMENT_ON)} (where the mosaic, "
+                              f"affine, HSV and flips of training run)")
+        if augment == "device" and self.masks:
+            raise ConfigError("data.augment=device moves boxes, keypoints and oriented boxes on the device, not "
+                              "instance masks: set data.augment: loader for segmentation")
         self.save_hyperparameters()
+        self.augmenter: DetectionDeviceAugment | None = None  # augment="device": made by scan()
+        self._plan: tuple[list[ImagePlan], Any] | None = None  # the batch in hand's, between the two hooks
         self.train_set: Any = None
         self.val_set: Any = None
         self.faults = Faults("skip" if skip_bad_images else "raise")  # both splits' bad files and label changes
@@ -93,7 +115,8 @@ class DetectionDataModule(ResumableDataModule):
 
     def _open(self, split: str, train: bool, faults: Faults) -> Any:
         hp = self.hparams
-        transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
+        transform: Any = DetectionItems(hp.img_size, keypoints=self.keypoints, obb=self.obb) \
+            if train and hp.augment == "device" else DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
                                        scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
                                        shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
                                        seed=hp.seed if train else None, keypoints=self.keypoints, obb=self.obb,
@@ -123,7 +146,21 @@ class DetectionDataModule(ResumableDataModule):
             if list(self.train_set.names) != list(self.val_set.names):
                 raise DataError(f"{self.hparams.data}: the train and val splits name different classes "
                                 f"({self.train_set.names} vs {self.val_set.names})")
+            hp = self.hparams
+            if hp.augment == "device":
+                spec = self.train_set.keypoint_spec
+                self.augmenter = DetectionDeviceAugment(
+                    hp.img_size, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip, scale=hp.affine_scale,
+                    translate=hp.translate, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility, degrees=hp.degrees,
+                    shear=hp.shear, keypoints=self.keypoints, obb=self.obb,
+                    flip_idx=None if spec is None else spec.flip_idx)
         return self
+
+    @property
+    def _mosaic_holder(self) -> Any:
+        """What holds the mosaic's probability: the device augmentation, or the loader's transform."""
+        self.scan()
+        return self.augmenter if self.augmenter is not None else self.train_set.transform
 
     @property
     def names(self) -> list[str]:
@@ -152,7 +189,7 @@ class DetectionDataModule(ResumableDataModule):
 
     def set_mosaic(self, on: bool) -> None:
         """Mosaic on (at the configured probability) or off; DataLoader workers see the change."""
-        self.scan().train_set.transform.mosaic = self.hparams.mosaic if on else 0.0
+        self._mosaic_holder.mosaic = self.hparams.mosaic if on else 0.0
 
     def setup(self, stage: str | None = None) -> None:
         self.scan()
@@ -169,13 +206,13 @@ class DetectionDataModule(ResumableDataModule):
         before its first batch, so that loader workers already see it)."""
         state = super().state_dict()
         if self.train_set is not None:
-            state["mosaic"] = self.train_set.transform.mosaic
+            state["mosaic"] = float(self._mosaic_holder.mosaic)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         if "mosaic" in state_dict:
-            self.scan().train_set.transform.mosaic = float(state_dict["mosaic"])
+            self._mosaic_holder.mosaic = float(state_dict["mosaic"])
 
     # ---------------------------------------------------------------- loaders
     def train_dataloader(self) -> DataLoader:
@@ -186,3 +223,34 @@ class DetectionDataModule(ResumableDataModule):
         self.scan()
         return self.loader(self.val_set, self.hparams.eval_batch_size or 2 * self.hparams.batch_size, train=False,
                            collate_fn=collate_detection)
+
+    # ---------------------------------------------------------------- augment="device"
+    def _augments(self, batch: Any) -> bool:
+        trainer = self.trainer
+        return (self.augmenter is not None and trainer is not None and trainer.training and isinstance(batch, dict)
+                and batch["images"].dtype == torch.uint8)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """``augment="device"``: a training batch's draws and targets, on the CPU (its images follow in
+        :meth:`on_after_batch_transfer`), seeded by the batch's position (rank, epoch, batch)."""
+        if not self._augments(batch):
+            return batch
+        trainer = self.trainer
+        epoch, batch_index = training_position(trainer)  # of the batch in hand: it is not done yet
+        batch, plans, hsv = self.augmenter.plan(batch, batch_seed(self.hparams.seed, trainer.global_rank, epoch,
+                                                                  batch_index))
+        self._plan = (plans, hsv)
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """``augment="device"``: a training batch's images augmented where they are now, as float32 in
+        [0, 1] in the precision's input dtype; every other batch as it is."""
+        if not self._augments(batch):
+            return batch
+        if self._plan is None:
+            raise RuntimeError("data.augment=device: a training batch reached the device without its plan "
+                               "(on_before_batch_transfer was not called)")
+        plans, hsv = self._plan
+        self._plan = None
+        images = self.augmenter.images(batch["images"], plans, hsv)
+        return {**batch, "images": self.trainer.precision_plugin.convert_input(images)}
