@@ -128,25 +128,26 @@ def _warp_boxes(boxes: np.ndarray, m: np.ndarray, size: float) -> tuple[np.ndarr
 def shift_hsv(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     """albumentations' ``HueSaturationValue`` of a (B, 3, H, W) RGB batch holding 0..255 integers, per
     image (``shifts`` (B, 3): hue, saturation, value): OpenCV's uint8 HSV (hue 0..179, saturation and value
-    0..255), the hue shifted modulo 180 and truncated, saturation (not of grey pixels) and value shifted
-    and clipped (rounded up, truncated down, as albumentations' uint8 addition), back to RGB, rounded."""
-    r, g, b = x.unbind(1)
+    0..255, in its fixed-point arithmetic), the hue shifted modulo 180 and truncated, saturation (not of grey pixels) and value shifted
+    by whole levels (the shift truncated, as albumentations adds to uint8) and clipped, back to RGB, rounded."""
+    r, g, b = x.round().long().unbind(1)
     v = torch.maximum(torch.maximum(r, g), b)
     diff = v - torch.minimum(torch.minimum(r, g), b)
-    some = diff > 0
-    d = torch.where(some, diff, torch.ones_like(diff))
-    hue = torch.where(v == r, 30 * (g - b) / d, torch.where(v == g, 60 + 30 * (b - r) / d, 120 + 30 * (r - g) / d))
-    hue = torch.where(some, hue.round(), torch.zeros_like(hue))
-    hue = torch.where(hue < 0, hue + 180, hue)
-    hue = torch.where(hue >= 180, hue - 180, hue)
-    sat = torch.where(v > 0, (255 * diff / torch.where(v > 0, v, torch.ones_like(v))).round(), torch.zeros_like(v))
+    # OpenCV's RGB2HSV_b in its fixed point (12 bits): hue = num * round(180 * 2^12 / (6 diff)), saturation
+    # = diff * round(255 * 2^12 / v), each rounded by adding 2^11 and shifting
+    num = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
+    hdiv = torch.where(diff > 0, torch.round(122880.0 / diff.clamp(min=1).double()).long(), torch.zeros_like(diff))
+    hue = (num * hdiv + 2048) >> 12
+    hue = torch.where(hue < 0, hue + 180, hue).to(x.dtype)
+    sdiv = torch.where(v > 0, torch.round(1044480.0 / v.clamp(min=1).double()).long(), torch.zeros_like(v))
+    sat = ((diff * sdiv + 2048) >> 12).to(x.dtype)
+    v = v.to(x.dtype)
     per = shifts.to(device=x.device, dtype=x.dtype).view(-1, 3, 1, 1)
     hs, ss, vs = per[:, 0], per[:, 1], per[:, 2]
     hue = torch.remainder(hue + hs, 180).floor()
 
-    def add(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        y = c + s
-        return torch.where(s >= 0, y.round(), y.floor()).clamp(0, 255)
+    def add(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:  # a uint8 image plus int(shift), saturated
+        return (c + s.trunc()).clamp(0, 255)
 
     sat = torch.where(sat == 0, sat, add(sat, ss))
     val = add(v, vs)
@@ -155,11 +156,11 @@ def shift_hsv(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     sector = h6.floor()
     f = h6 - sector
     p, q, t = v1 * (1 - s1), v1 * (1 - s1 * f), v1 * (1 - s1 * (1 - f))
-    sector = sector.long() % 6
-    table = torch.stack([torch.stack(c, 1) for c in ((v1, t, p), (q, v1, p), (p, v1, t), (p, q, v1), (t, p, v1),
-                                                     (v1, p, q))], 1)  # (B, 6, 3, H, W)
-    out = table.gather(1, sector[:, None, None].expand(-1, 1, 3, -1, -1)).squeeze(1)
-    return (out * 255).round().clamp(0, 255)
+    # each sector's (r, g, b) as indices into (v, p, q, t)
+    order = torch.tensor([[0, 3, 1], [2, 0, 1], [1, 0, 3], [1, 2, 0], [3, 1, 0], [0, 1, 2]], device=x.device)
+    out = torch.stack([v1, p, q, t], 1).gather(1, order[sector.long() % 6].permute(0, 3, 1, 2))
+    unshifted = (shifts == 0).all(1).to(x.device).view(-1, 1, 1, 1)  # albumentations returns those as they are
+    return torch.where(unshifted, x, (out * 255).round().clamp(0, 255))
 
 
 @dataclass
