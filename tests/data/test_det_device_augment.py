@@ -211,7 +211,7 @@ def test_a_training_batch_is_augmented_in_the_hooks_a_validation_batch_is_not(ro
     dm = DetectionDataModule(data=str(root), img_size=S, batch_size=4, num_workers=0, augment="device", seed=0)
     dm.scan()
     batch = next(iter(dm.train_dataloader()))
-    assert batch["images"].dtype == torch.uint8 and batch["images"].shape == (4, 3, S, S)
+    assert batch["images"].dtype == torch.uint8 and batch["images"].shape == (4, S, S, 3)  # as decoded
 
     class Trainer:  # what the hooks read of Lightning's trainer
         training, global_rank, world_size, current_epoch, num_training_batches = True, 0, 1, 0, 2
@@ -237,8 +237,8 @@ def test_bad_settings_are_one_line_errors():
         SegmentationDataModule(augment="device")
     with pytest.raises(ConfigError, match="needs their flip_idx"):
         DetectionDeviceAugment(S, keypoints=True, hflip=0.5)
-    with pytest.raises(ConfigError, match="takes the \\(B, 3, S, S\\) uint8 batch"):
-        DetectionDeviceAugment(S).images(torch.zeros(1, 3, S, S), [], torch.zeros(1, 3))
+    with pytest.raises(ConfigError, match="takes the \\(B, S, S, 3\\) uint8 batch"):
+        DetectionDeviceAugment(S).images(torch.zeros(1, S, S, 3), [], torch.zeros(1, 3))
 
 
 # ------------------------------------------------------------------ (c) resume

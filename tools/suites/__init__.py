@@ -10,8 +10,9 @@ from tools.suites.harness import Suite
 MODULES = (
     "attention_kernels", "linear_kernels", "small_layers", "vit", "swin", "swin_v2", "plugins",
     "deformable_attention", "optimizer", "grad_checkpointing", "checkpoint", "data", "loader", "data_check",
-    "det_data", "det_step", "detr_loss", "export", "profile_inference", "predict_video", "load_memory",
-    "ultralytics_pt", "obb_validators", "startup", "flops_peers", "untrusted_inputs", "gpu", "search", "explain_peaks", "report_page",
+    "det_data", "det_augment", "det_step", "detr_loss", "export", "profile_inference", "predict_video",
+    "load_memory", "ultralytics_pt", "obb_validators", "startup", "flops_peers", "untrusted_inputs", "gpu", "search",
+    "explain_peaks", "report_page",
     "token_merging", "deploy_table",
 )
 GROUPS = ("cpu", "gpu", "check")

@@ -5,7 +5,8 @@ The loader path (:class:`~vision_attn.data.det_transforms.DetectionTransform`) d
 mosaic item and warps, jitters and flips each item with OpenCV in a worker process. Here a worker
 does only what needs the file: :class:`DetectionItems` decodes one image, resizes it to ``S`` on its
 long side if it is not that size (the step both loader paths begin with) and puts it at the top left
-of a fixed S x S uint8 canvas, with its boxes (and keypoints or corners) in original pixels. The data
+of a fixed S x S x 3 uint8 canvas (channels last, as decoded: no transposing copy in the worker), with
+its boxes (and keypoints or corners) in original pixels. The data
 module then augments each training batch (:class:`DetectionDeviceAugment`):
 
 - :meth:`~DetectionDeviceAugment.plan` (on the CPU, before the copy): the draws, from a generator
@@ -50,12 +51,11 @@ _EPS = 1e-7  # albumentations' tolerance in its box filter
 
 
 class DetectionItems:
-    """The workers' part: ``transform(dataset, index) -> ((3, S, S) uint8, target)``, the image resized to
-    ``img_size`` on its long side (when it is not that size) at the top left of a grey canvas; target:
+    """The workers' part: ``transform(dataset, index) -> ((S, S, 3) uint8, target)``, the image resized to
+    ``img_size`` on its long side (when it is not that size) at the top left of a grey canvas, channels
+    last; target:
     ``boxes`` (n, 4) xyxy and ``labels`` in original pixels, ``image_id``, ``orig_size``, the resize
     ``scale``, ``pad`` (0, 0); with ``keypoints`` (n, K, 3) or ``corners`` (n, 4, 2) in original pixels."""
-
-    mosaic = 0.0  # the mosaic is drawn on the device (DetectionDeviceAugment.mosaic)
 
     def __init__(self, img_size: int, *, keypoints: bool = False, obb: bool = False):
         if not (isinstance(img_size, int) and img_size >= 8):
@@ -73,14 +73,24 @@ class DetectionItems:
         scale, (nh, nw), _ = letterbox_params(h0, w0, s)
         if (nh, nw) != (h0, w0):
             image = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_LINEAR)
-        out = np.full((3, s, s), PAD_VALUE, np.uint8)
-        out[:, :nh, :nw] = image.transpose(2, 0, 1)
+        if (nh, nw) == (s, s):
+            out = np.ascontiguousarray(image)
+        else:  # grey where the image is not (only there: the copy is the cost here)
+            out = np.empty((s, s, 3), np.uint8)
+            out[:nh, :nw] = image
+            out[nh:] = PAD_VALUE
+            out[:nh, nw:] = PAD_VALUE
         target: dict[str, Any] = {"boxes": torch.from_numpy(np.array(boxes, np.float32).reshape(-1, 4)),
                                   "labels": torch.from_numpy(np.array(labels, np.int64).reshape(-1)),
                                   "image_id": rec.image_id, "orig_size": (h0, w0), "scale": float(scale), "pad": (0, 0)}
         if points is not None:
             target["keypoints" if self.keypoints else "corners"] = torch.from_numpy(np.array(points, np.float32))
         return torch.from_numpy(out), target
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A float tensor of the batch as float64 NumPy (a bf16-true run's precision converted them already)."""
+    return t.detach().double().numpy()
 
 
 def affine_matrix(size: int, translate: Sequence[float], shear: Sequence[float], scale: Sequence[float],
@@ -125,42 +135,37 @@ def _warp_boxes(boxes: np.ndarray, m: np.ndarray, size: float) -> tuple[np.ndarr
     return out, (out[:, 2] > 0) & (out[:, 3] > 0) & (out[:, 0] < size) & (out[:, 1] < size)
 
 
+# OpenCV's RGB2HSV_b division tables (12-bit fixed point): hue for the 180 range, saturation
+_HDIV = torch.tensor([0] + [round((180 << 12) / (6 * i)) for i in range(1, 256)], dtype=torch.int32)
+_SDIV = torch.tensor([0] + [round((255 << 12) / i) for i in range(1, 256)], dtype=torch.int32)
+
+
 def shift_hsv(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     """albumentations' ``HueSaturationValue`` of a (B, 3, H, W) RGB batch holding 0..255 integers, per
     image (``shifts`` (B, 3): hue, saturation, value): OpenCV's uint8 HSV (hue 0..179, saturation and value
-    0..255, in its fixed-point arithmetic), the hue shifted modulo 180 and truncated, saturation (not of grey pixels) and value shifted
-    by whole levels (the shift truncated, as albumentations adds to uint8) and clipped, back to RGB, rounded."""
-    r, g, b = x.round().long().unbind(1)
-    v = torch.maximum(torch.maximum(r, g), b)
-    diff = v - torch.minimum(torch.minimum(r, g), b)
-    # OpenCV's RGB2HSV_b in its fixed point (12 bits): hue = num * round(180 * 2^12 / (6 diff)), saturation
-    # = diff * round(255 * 2^12 / v), each rounded by adding 2^11 and shifting
+    0..255, in its fixed-point arithmetic), the hue shifted modulo 180 and truncated, saturation (not of grey
+    pixels) and value shifted by whole levels (the shift truncated, as albumentations adds to uint8) and
+    clipped, back to RGB (OpenCV's HSV2RGB in float), rounded. Images whose shifts are all 0 are returned
+    as they are, as albumentations does."""
+    xi = x.to(torch.int32)
+    r, g, b = xi.unbind(1)
+    v, diff = xi.amax(1), xi.amax(1) - xi.amin(1)
     num = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
-    hdiv = torch.where(diff > 0, torch.round(122880.0 / diff.clamp(min=1).double()).long(), torch.zeros_like(diff))
-    hue = (num * hdiv + 2048) >> 12
-    hue = torch.where(hue < 0, hue + 180, hue).to(x.dtype)
-    sdiv = torch.where(v > 0, torch.round(1044480.0 / v.clamp(min=1).double()).long(), torch.zeros_like(v))
-    sat = ((diff * sdiv + 2048) >> 12).to(x.dtype)
-    v = v.to(x.dtype)
-    per = shifts.to(device=x.device, dtype=x.dtype).view(-1, 3, 1, 1)
-    hs, ss, vs = per[:, 0], per[:, 1], per[:, 2]
-    hue = torch.remainder(hue + hs, 180).floor()
-
-    def add(c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:  # a uint8 image plus int(shift), saturated
-        return (c + s.trunc()).clamp(0, 255)
-
-    sat = torch.where(sat == 0, sat, add(sat, ss))
-    val = add(v, vs)
-    # back to RGB (OpenCV's HSV2RGB: sectors of 60 degrees, rounded to uint8)
-    h6, s1, v1 = hue / 30, sat / 255, val / 255
-    sector = h6.floor()
-    f = h6 - sector
-    p, q, t = v1 * (1 - s1), v1 * (1 - s1 * f), v1 * (1 - s1 * (1 - f))
-    # each sector's (r, g, b) as indices into (v, p, q, t)
-    order = torch.tensor([[0, 3, 1], [2, 0, 1], [1, 0, 3], [1, 2, 0], [3, 1, 0], [0, 1, 2]], device=x.device)
-    out = torch.stack([v1, p, q, t], 1).gather(1, order[sector.long() % 6].permute(0, 3, 1, 2))
-    unshifted = (shifts == 0).all(1).to(x.device).view(-1, 1, 1, 1)  # albumentations returns those as they are
-    return torch.where(unshifted, x, (out * 255).round().clamp(0, 255))
+    hue = (num * _HDIV.to(x.device)[diff.long()] + 2048) >> 12
+    hue = torch.where(hue < 0, hue + 180, hue)
+    sat = (diff * _SDIV.to(x.device)[v.long()] + 2048) >> 12
+    per = shifts.to(device=x.device, dtype=torch.float32).view(-1, 3, 1, 1)
+    hs, ss, vs = per[:, 0], per[:, 1].trunc(), per[:, 2].trunc()
+    hue = torch.remainder(hue.float() + hs, 180).floor_()
+    sat = torch.where(sat == 0, 0.0, (sat.float() + ss).clamp_(0, 255))
+    val = (v.float() + vs).clamp_(0, 255)
+    # HSV -> RGB: channel n (r 5, g 3, b 1) is v (1 - s clamp(min(k, 4 - k), 0, 1)), k = (n + h / 60) mod 6,
+    # the sector formula of OpenCV's HSV2RGB written without sectors
+    k = torch.remainder(torch.tensor([5.0, 3.0, 1.0], device=x.device).view(1, 3, 1, 1) + (hue / 30).unsqueeze(1), 6)
+    f = torch.minimum(k, 4 - k).clamp_(0, 1)
+    out = (val.unsqueeze(1) * (1 - (sat / 255).unsqueeze(1) * f)).round_().clamp_(0, 255)
+    unshifted = (shifts == 0).all(1).to(x.device).view(-1, 1, 1, 1)
+    return torch.where(unshifted, x, out.to(x.dtype))
 
 
 @dataclass
@@ -265,12 +270,12 @@ class DetectionDeviceAugment:
         out.pop("corners", None)
         if self.keypoints or self.obb:
             out["keypoints" if self.keypoints else "rboxes"] = extra_out
-            out["targets"] = yolo_targets(out)
+            out["targets"] = yolo_targets(out, size=(s, s))
         return out, plans, d["hsv"]
 
     def _points(self, batch: dict[str, Any], j: int) -> np.ndarray | None:
         key = "keypoints" if self.keypoints else "corners" if self.obb else None
-        return None if key is None else batch[key][j].numpy()
+        return None if key is None else _array(batch[key][j])
 
     def _affine(self, d: dict[str, torch.Tensor], i: int, size: int) -> np.ndarray:
         tx, ty = (int(v * size) for v in d["translate"][i].tolist())  # whole pixels, truncated as albumentations
@@ -286,7 +291,7 @@ class DetectionDeviceAugment:
     def _letterbox(self, batch: dict[str, Any], i: int, d: dict[str, torch.Tensor], s: int) -> tuple[Any, ...]:
         h0, w0 = batch["orig_sizes"][i]
         _, (nh, nw), (pl, pt) = letterbox_params(h0, w0, s)
-        boxes = np.clip(batch["boxes"][i].numpy().astype(np.float64), 0, [w0, h0, w0, h0])
+        boxes = np.clip(_array(batch["boxes"][i]), 0, [w0, h0, w0, h0])
         ids = np.arange(len(boxes))
         boxes, keep = filter_boxes(boxes * [nw / w0, nh / h0, nw / w0, nh / h0], nw, nh, self.min_visibility, 2)
         boxes, ids = boxes[keep], ids[keep]
@@ -310,7 +315,7 @@ class DetectionDeviceAugment:
             r, (h, w), _ = letterbox_params(h0, w0, s)
             xa, ya, xb, yb, sx, sy = mosaic_tile(k, xc, yc, h, w, s)
             tiles.append((j, xa, ya, xb, yb, sx, sy))
-            boxes = batch["boxes"][j].numpy()
+            boxes = _array(batch["boxes"][j]).astype(np.float32)
             if len(boxes) == 0:
                 continue
             kept, ok = place_boxes(boxes, r, (xa, ya, xb, yb), (sx, sy), self.min_visibility)
@@ -339,12 +344,13 @@ class DetectionDeviceAugment:
 
     # ------------------------------------------------------------------ images (device)
     def images(self, images: torch.Tensor, plans: Sequence[ImagePlan], hsv: torch.Tensor) -> torch.Tensor:
-        """(B, 3, S, S) uint8 batch of :class:`DetectionItems` on any device -> (B, 3, S, S) float32 in
+        """(B, S, S, 3) uint8 batch of :class:`DetectionItems` on any device -> (B, 3, S, S) float32 in
         [0, 1]: the mosaic canvas, the warp through each plan's matrix, the HSV shift."""
-        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-            raise ConfigError(f"DetectionDeviceAugment takes the (B, 3, S, S) uint8 batch of DetectionItems, got "
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[3] != 3:
+            raise ConfigError(f"DetectionDeviceAugment takes the (B, S, S, 3) uint8 batch of DetectionItems, got "
                               f"{images.dtype} {tuple(images.shape)}")
-        b, _, s, _ = images.shape
+        b, s = images.shape[:2]
+        images = images.permute(0, 3, 1, 2)  # a view: channels first where the batch now is
         size = max(p.canvas for p in plans)
         canvas = images.new_full((b, 3, size, size), PAD_VALUE)
         inverse = np.zeros((b, 3, 3))

@@ -322,7 +322,8 @@ def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> d
     orig_sizes, scales, pads}`` (lists of length B, boxes in network-input pixels), and ``masks``
     [(n_i, Hm, Wm) uint8] when the items carry masks; ``keypoints`` [(n_i, K, 3)] or ``rboxes``
     [(n_i, 5)] (network-input pixels) when they carry those, with ``targets`` (:func:`yolo_targets`);
-    ``corners`` [(n_i, 4, 2)] (original pixels, the items of ``data.augment: device``) as they are."""
+    ``corners`` [(n_i, 4, 2)] (original pixels, the items of ``data.augment: device``) as they are
+    (those items' images are (S, S, 3) uint8: stacked as they come)."""
     images = [image for image, _ in batch]
     if len({tuple(im.shape) for im in images}) > 1:
         raise DataError(f"collate_detection: images of different sizes {sorted({tuple(im.shape) for im in images})}; "
@@ -346,13 +347,14 @@ def collate_detection(batch: Sequence[tuple[torch.Tensor, dict[str, Any]]]) -> d
     return out
 
 
-def yolo_targets(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+def yolo_targets(batch: dict[str, Any], size: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
     """A collated batch's instances flattened as ultralytics' trainers hand them to their losses
     (``v8DetectionLoss``, ``v8PoseLoss``, ``v8OBBLoss``): ``batch_idx`` (N,) float (the image of each
     instance), ``cls`` (N, 1) float, ``bboxes`` (N, 4) cx, cy, w, h normalised by the input's width and
     height, or with ``rboxes`` (N, 5) cx, cy, w, h normalised and r in radians, and with ``keypoints``
-    ``keypoints`` (N, K, 3): x, y normalised, visibility as it is."""
-    h, w = batch["images"].shape[-2:]
+    ``keypoints`` (N, K, 3): x, y normalised, visibility as it is. ``size``: the input's (h, w) when the
+    batch's images are not (B, 3, h, w)."""
+    h, w = size if size is not None else batch["images"].shape[-2:]
     counts = [len(b) for b in batch["labels"]]
     out = {"batch_idx": torch.repeat_interleave(torch.arange(len(counts), dtype=torch.float32),
                                                 torch.tensor(counts, dtype=torch.long)),
