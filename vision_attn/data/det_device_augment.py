@@ -6,8 +6,8 @@ mosaic item and warps, jitters and flips each item with OpenCV in a worker proce
 does only what needs the file: :class:`DetectionItems` decodes one image, resizes it to ``S`` on its
 long side if it is not that size (the step both loader paths begin with) and puts it at the top left
 of a fixed S x S x 3 uint8 canvas (channels last, as decoded: no transposing copy in the worker), with
-its boxes (and keypoints or corners) in original pixels. The data
-module then augments each training batch (:class:`DetectionDeviceAugment`):
+its boxes (and keypoints or corners) in original pixels. The data module then augments each training
+batch (:class:`DetectionDeviceAugment`):
 
 - :meth:`~DetectionDeviceAugment.plan` (on the CPU, before the copy): the draws, from a generator
   seeded by (seed, rank, epoch, batch), and every image's targets. The distributions are those of
@@ -53,9 +53,9 @@ _EPS = 1e-7  # albumentations' tolerance in its box filter
 class DetectionItems:
     """The workers' part: ``transform(dataset, index) -> ((S, S, 3) uint8, target)``, the image resized to
     ``img_size`` on its long side (when it is not that size) at the top left of a grey canvas, channels
-    last; target:
-    ``boxes`` (n, 4) xyxy and ``labels`` in original pixels, ``image_id``, ``orig_size``, the resize
-    ``scale``, ``pad`` (0, 0); with ``keypoints`` (n, K, 3) or ``corners`` (n, 4, 2) in original pixels."""
+    last; target: ``boxes`` (n, 4) xyxy and ``labels`` in original pixels, ``image_id``, ``orig_size``,
+    the resize ``scale``, ``pad`` (0, 0); with ``keypoints`` (n, K, 3) or ``corners`` (n, 4, 2) in
+    original pixels."""
 
     def __init__(self, img_size: int, *, keypoints: bool = False, obb: bool = False):
         if not (isinstance(img_size, int) and img_size >= 8):

@@ -95,7 +95,7 @@ class DetectionDataModule(ResumableDataModule):
             raise ConfigError("data.augment=device moves boxes, keypoints and oriented boxes on the device, not "
                               "instance masks: set data.augment: loader for segmentation")
         self.save_hyperparameters()
-        self.augmenter: DetectionDeviceAugment | None = None  # augment="device": made by scan()
+        self._augmenter: DetectionDeviceAugment | None = None  # augment="device": made on first use
         self._plan: tuple[list[ImagePlan], Any] | None = None  # the batch in hand's, between the two hooks
         self.train_set: Any = None
         self.val_set: Any = None
@@ -146,21 +146,29 @@ class DetectionDataModule(ResumableDataModule):
             if list(self.train_set.names) != list(self.val_set.names):
                 raise DataError(f"{self.hparams.data}: the train and val splits name different classes "
                                 f"({self.train_set.names} vs {self.val_set.names})")
-            hp = self.hparams
-            if hp.augment == "device":
-                spec = self.train_set.keypoint_spec
-                self.augmenter = DetectionDeviceAugment(
-                    hp.img_size, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip, scale=hp.affine_scale,
-                    translate=hp.translate, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility, degrees=hp.degrees,
-                    shear=hp.shear, keypoints=self.keypoints, obb=self.obb,
-                    flip_idx=None if spec is None else spec.flip_idx)
         return self
+
+    @property
+    def augmenter(self) -> DetectionDeviceAugment | None:
+        """``augment="device"``: what augments the training batches (made once the sets are scanned and
+        checked); None on the loader path."""
+        hp = self.hparams
+        if hp.augment != "device":
+            return None
+        if self._augmenter is None:
+            spec = self.scan().train_set.keypoint_spec
+            self._augmenter = DetectionDeviceAugment(
+                hp.img_size, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip, scale=hp.affine_scale,
+                translate=hp.translate, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility, degrees=hp.degrees,
+                shear=hp.shear, keypoints=self.keypoints, obb=self.obb,
+                flip_idx=None if spec is None else spec.flip_idx)
+        return self._augmenter
 
     @property
     def _mosaic_holder(self) -> Any:
         """What holds the mosaic's probability: the device augmentation, or the loader's transform."""
-        self.scan()
-        return self.augmenter if self.augmenter is not None else self.train_set.transform
+        augmenter = self.augmenter
+        return augmenter if augmenter is not None else self.scan().train_set.transform
 
     @property
     def names(self) -> list[str]:
@@ -227,8 +235,8 @@ class DetectionDataModule(ResumableDataModule):
     # ---------------------------------------------------------------- augment="device"
     def _augments(self, batch: Any) -> bool:
         trainer = self.trainer
-        return (self.augmenter is not None and trainer is not None and trainer.training and isinstance(batch, dict)
-                and batch["images"].dtype == torch.uint8)
+        return (self.hparams.augment == "device" and trainer is not None and trainer.training
+                and isinstance(batch, dict) and batch["images"].dtype == torch.uint8)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """``augment="device"``: a training batch's draws and targets, on the CPU (its images follow in
