@@ -3,8 +3,8 @@ batch is mosaicked, warped, colour-shifted and flipped where it trains.
 
 (a) each operation against the loader path's operation at the same parameters: letterbox + affine
 (albumentations' LongestMaxSize, PadIfNeeded, Affine as DetectionTransform builds them), the loader's
-own mosaic canvas + affine + centre crop, HSV, flips: the same pixels within interpolation tolerance
-(OpenCV's fixed-point bilinear weights against grid_sample's float ones) and the same boxes (1e-4),
+own mosaic canvas + affine + centre crop, HSV, flips: the same pixels within rounding (OpenCV's
+fixed-point bilinear weights against grid_sample's float ones: one grey level) and the same boxes (1e-4),
 keypoints and oriented boxes; (b) the draws follow the loader path's distributions (two-sample tests
 against albumentations' own parameter draws, no images); (c) `train det --data.augment device`
 killed mid-epoch and resumed equals the uninterrupted run; bad settings are one-line errors."""
@@ -75,9 +75,10 @@ def _affine(translate, rotate, scale, shear=0.0):
 
 
 def _close(ours: torch.Tensor, theirs: np.ndarray) -> None:
-    """Within bilinear tolerance: OpenCV quantises positions to 1/32 pixel and its weights to 11 bits."""
+    """Within bilinear rounding: OpenCV quantises positions to 1/32 pixel and its weights to fixed point
+    (measured: at most 1 grey level, at under 0.1% of the values)."""
     diff = np.abs(ours.permute(1, 2, 0).numpy() - theirs.astype(np.float64))
-    assert diff.mean() < 0.3 and np.mean(diff > 3) < 0.005 and diff.max() <= 24, (diff.mean(), diff.max())
+    assert diff.mean() < 0.01 and diff.max() <= 2, (diff.mean(), diff.max())
 
 
 def _same_boxes(ours, theirs_boxes, theirs_labels):
