@@ -115,12 +115,15 @@ class DetectionDataModule(ResumableDataModule):
 
     def _open(self, split: str, train: bool, faults: Faults) -> Any:
         hp = self.hparams
-        transform: Any = DetectionItems(hp.img_size, keypoints=self.keypoints, obb=self.obb) \
-            if train and hp.augment == "device" else DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
-                                       scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
-                                       shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
-                                       seed=hp.seed if train else None, keypoints=self.keypoints, obb=self.obb,
-                                       **self.mask_options())
+        transform: Any
+        if train and hp.augment == "device":  # the workers decode; the batch is augmented on the device
+            transform = DetectionItems(hp.img_size, keypoints=self.keypoints, obb=self.obb)
+        else:
+            transform = DetectionTransform(hp.img_size, train=train, mosaic=hp.mosaic, hflip=hp.hflip, vflip=hp.vflip,
+                                           scale=hp.affine_scale, translate=hp.translate, degrees=hp.degrees,
+                                           shear=hp.shear, hsv=tuple(hp.hsv), min_visibility=hp.min_visibility,
+                                           seed=hp.seed if train else None, keypoints=self.keypoints, obb=self.obb,
+                                           **self.mask_options())
         dataset = open_detection(hp.data, split, fmt=hp.format, transform=transform, faults=faults,
                                  masks=self.masks, keypoints=self.keypoints, obb=self.obb)
         threads = max(1, os.cpu_count() or 1)
