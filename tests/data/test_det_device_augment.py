@@ -20,7 +20,8 @@ import torch
 from scipy.stats import ks_2samp
 
 from tests.tasks.resume_helpers import assert_same_run, progress_step, stop_at, train_here
-from tests.tasks.test_exact_resume import TINY_DET
+from tests._configs import tiny_detection
+from tests.tasks.test_exact_resume import RESUMED
 from vision_attn.data import DetectionTransform, DigitBoxesConfig, collate_detection, open_detection, write_digit_boxes
 from vision_attn.data.det_device_augment import DetectionDeviceAugment, DetectionItems, shift_hsv
 from vision_attn.data.det_transforms import PAD_VALUE, finish_points
@@ -248,8 +249,8 @@ def test_device_augmented_detection_killed_mid_epoch_resumes_to_the_uninterrupte
     the first step."""
     root = write_digit_boxes(tmp_path / "data", DigitBoxesConfig(n_train=8, n_val=2, seed=1))
     config = tmp_path / "tiny.yaml"
-    text = TINY_DET.format(root=root, yaml=request.config.rootpath / "configs" / "models" / "yolov8.yaml", scale="n")
-    config.write_text(text.replace("  num_workers: 0\n", "  num_workers: 0\n  augment: device\n  degrees: 5.0\n  hflip: 0.5\n"))
+    config.write_text(tiny_detection(request.config.rootpath / "configs" / "models" / "yolov8.yaml", root, {
+        **RESUMED, "data.augment": "device", "data.degrees": 5.0, "data.hflip": 0.5}))
 
     def args(name):
         return ["train", "det", "--config", str(config), "--runs_dir", str(tmp_path / "runs"), "--name", name]
