@@ -5,7 +5,7 @@ batch is mosaicked, warped, colour-shifted and flipped where it trains.
 (albumentations' LongestMaxSize, PadIfNeeded, Affine as DetectionTransform builds them), the loader's
 own mosaic canvas + affine + centre crop, HSV, flips: the same pixels within rounding (OpenCV's
 fixed-point bilinear weights against grid_sample's float ones: one grey level) and the same boxes (1e-4),
-keypoints and oriented boxes; (b) the draws follow the loader path's distributions (two-sample tests
+keypoints and oriented boxes (letterbox and mosaic); (b) the draws follow the loader path's distributions (two-sample tests
 against albumentations' own parameter draws, no images); (c) `train det --data.augment device`
 killed mid-epoch and resumed equals the uninterrupted run; bad settings are one-line errors."""
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 import torch
 from scipy.stats import ks_2samp
 
-from tests.tasks.resume_helpers import assert_same_run, progress_step, stop_at, train_here
 from tests._configs import tiny_detection
+from tests.tasks.resume_helpers import assert_same_run, progress_step, stop_at, train_here
 from tests.tasks.test_exact_resume import RESUMED
 from vision_attn.data import DetectionTransform, DigitBoxesConfig, collate_detection, open_detection, write_digit_boxes
 from vision_attn.data.det_device_augment import DetectionDeviceAugment, DetectionItems, shift_hsv
@@ -174,6 +174,32 @@ def test_oriented_boxes_follow_the_affine_as_the_loaders(tmp_path):
         ids = np.asarray(theirs["ids"], np.int64)
         done = finish_points(corners[ids], np.asarray(theirs["bboxes"]), np.asarray(theirs["labels"]),
                              theirs["applied_transforms"], (S, S), keypoints=False, flip_idx=None, train=True, where="")
+        torch.testing.assert_close(out["rboxes"][i], done["rboxes"], atol=1e-4, rtol=0)
+        _same_boxes({"boxes": out["boxes"][i], "labels": out["labels"][i]}, done["boxes"], done["labels"])
+
+
+def test_oriented_boxes_through_the_mosaic_as_the_loaders(tmp_path):
+    """The loader's mosaic canvas with its corners fit to each tile (DetectionTransform._mosaic_image with
+    points), Affine + CenterCrop replayed onto them: the device path's rotated boxes at the same draws."""
+    ds, batch = _items(write_digit_obb(tmp_path / "obb", DigitBoxesConfig(n_train=6, n_val=1, seed=4)) / "yolo" /
+                       "data.yaml", obb=True)
+    transform = DetectionTransform(S, train=True, seed=0, obb=True)
+    translate, rotate, scale = (-0.05, 0.08), -14.0, (0.8, 0.8)
+    tail = A.Compose([_affine(translate, rotate, scale), A.CenterCrop(height=S, width=S)],
+                     bbox_params=_boxes_params(tracked=True), strict=True, save_applied_params=True)
+    for i in (0, 3):
+        rng = np.random.default_rng(7 + i)
+        centre = tuple(int(v) for v in rng.integers(S // 2, 3 * S // 2 + 1, size=2))
+        partners = tuple(int(v) for v in rng.integers(0, len(ds), size=3))
+        transform._rng = np.random.default_rng(7 + i)  # the same draws
+        canvas, boxes, labels, corners = transform._mosaic_image(ds, i, with_points=True)
+        theirs = tail(image=canvas, bboxes=boxes, labels=labels, ids=np.arange(len(labels)))
+        ids = np.asarray(theirs["ids"], np.int64)
+        done = finish_points(corners[ids], np.asarray(theirs["bboxes"]), np.asarray(theirs["labels"]),
+                             theirs["applied_transforms"], (S, S), keypoints=False, flip_idx=None, train=True, where="")
+        out, _ = _device(batch, _draws(len(ds), mosaic=True, centre=centre, partners=partners, translate=translate,
+                                       rotate=rotate, scale=scale), obb=True)
+        assert len(done["rboxes"]) > 0
         torch.testing.assert_close(out["rboxes"][i], done["rboxes"], atol=1e-4, rtol=0)
         _same_boxes({"boxes": out["boxes"][i], "labels": out["labels"][i]}, done["boxes"], done["labels"])
 
