@@ -5,9 +5,10 @@ batch is mosaicked, warped, colour-shifted and flipped where it trains.
 (albumentations' LongestMaxSize, PadIfNeeded, Affine as DetectionTransform builds them), the loader's
 own mosaic canvas + affine + centre crop, HSV, flips: the same pixels within rounding (OpenCV's
 fixed-point bilinear weights against grid_sample's float ones: one grey level) and the same boxes (1e-4),
-keypoints and oriented boxes (letterbox and mosaic); (b) the draws follow the loader path's distributions (two-sample tests
-against albumentations' own parameter draws, no images); (c) `train det --data.augment device`
-killed mid-epoch and resumed equals the uninterrupted run; bad settings are one-line errors."""
+keypoints and oriented boxes (letterbox and mosaic); (b) the draws follow the loader path's
+distributions (two-sample tests against albumentations' own parameter draws, no images); (c) `train det
+--data.augment device` killed mid-epoch and resumed equals the uninterrupted run; bad settings are
+one-line errors."""
 from __future__ import annotations
 
 import signal
