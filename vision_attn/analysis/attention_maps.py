@@ -6,8 +6,9 @@
   per head. Weights come from :func:`vision_attn.layers.record_attention`. The prefix tokens (the
   class token, DeiT's distillation token, the registers of DINOv2 ``*_reg4`` and DINOv3) are never
   folded into the grid: their shares of the same rows are kept apart, token by token
-  (:class:`TokenShares`), beside the patch grid's total; a model whose head does not read a class
-  token (none, or average pooling of the patches) is read from the mean of its patch tokens' rows.
+  (:class:`TokenShares`), beside the patch grid's total; a model without a class token is read from
+  the mean of its patch tokens' rows, and so is, when the maps should explain the head
+  (``head_query``: ``vision-attn explain``), one whose head averages the patches.
   The heads can be fused by their maximum or minimum instead of the mean, and each layer's weakest
   weights discarded (``head_fusion``, ``discard``: the options of Gildenblat's vit-explain).
 - Swin: for the first (unshifted) block of each stage, the attention each token receives inside its
@@ -54,8 +55,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass
 class TokenShares:
-    """Where a ViT's ``query`` (the class token, or the mean of the patch tokens' rows when the head does not
-    read a class token) puts its
+    """Where a ViT's ``query`` (the class token, or the mean of the patch tokens' rows without one) puts its
     attention: on each prefix token of ``tokens`` apart (``class``, ``distillation``, ``register i``, in
     sequence order) and on the patch grid as a whole. ``rows`` maps a row's name to its shares
     (len(columns),) in the order of :attr:`columns`, summing to 1: ``rollout`` and ``last layer, head h``
@@ -148,17 +148,19 @@ def prefix_tokens(model: nn.Module) -> list[str]:
     return names if len(names) == n else [f"prefix {i}" for i in range(n)]
 
 
-def vit_maps(model: nn.Module, x: torch.Tensor, head_fusion: str = "mean", discard: float = 0.0) -> AttentionMaps:
+def vit_maps(model: nn.Module, x: torch.Tensor, head_fusion: str = "mean", discard: float = 0.0,
+             head_query: bool = False) -> AttentionMaps:
     """Rollout (:func:`attention_rollout` with ``head_fusion`` and ``discard``) and the last layer's class-token
     attention per head of a ViT/DeiT on images (1, C, H, W), and the shares of those rows (and of each layer's
-    mean over heads) on every prefix token (:class:`TokenShares`). The query is the token the head reads: the
-    class token, or the mean of the patch tokens' rows for a head that averages the patches."""
+    mean over heads) on every prefix token (:class:`TokenShares`). The query is the class token, else the
+    mean of the patch tokens' rows; with ``head_query``, the token the head reads (the patches' mean row
+    when the head averages the patches, though the model has a class token)."""
     model.eval()
     with torch.inference_mode(), record_attention(model) as weights:
         model(x)
     tokens = prefix_tokens(model)
     prefix = len(tokens)
-    has_class = tokens[:1] == ["class"] and getattr(model, "global_pool", "token") != "avg"
+    has_class = tokens[:1] == ["class"] and not (head_query and getattr(model, "global_pool", "token") == "avg")
     gh, gw = _grid(model, x)
 
     def query(a: torch.Tensor) -> torch.Tensor:  # (..., N, N) -> the query's row (..., N)

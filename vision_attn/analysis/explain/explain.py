@@ -66,8 +66,10 @@ def _display(run: Run, x: torch.Tensor) -> np.ndarray:
 
 def rollout_map(model: torch.nn.Module, x: torch.Tensor, head_fusion: str = "mean", discard: float = 0.0) -> np.ndarray:
     """Attention rollout of a ViT/DeiT on the input ``x`` (1, 3, H, W) (:func:`~vision_attn.analysis.attention_maps.vit_maps`
-    with ``head_fusion`` and ``discard``), bilinear at input size and scaled to [0, 1] as the CAM methods' maps are."""
-    grid = vit_maps(model, x, head_fusion, discard).maps["rollout"][None, None]
+    with ``head_fusion`` and ``discard``) of the token its head reads (the class token, or the patch tokens'
+    mean row when the head averages them), bilinear at input size and scaled to [0, 1] as the CAM methods'
+    maps are."""
+    grid = vit_maps(model, x, head_fusion, discard, head_query=True).maps["rollout"][None, None]
     heat = F.interpolate(grid, size=x.shape[-2:], mode="bilinear", align_corners=False)[0, 0].numpy()
     heat = heat - heat.min()
     return heat / (heat.max() + 1e-7)
