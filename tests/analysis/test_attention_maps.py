@@ -9,6 +9,7 @@ import vision_attn
 from tests.folders import make_folder
 from vision_attn.analysis.attention_maps import (AttentionMaps, attention_maps, attention_rollout, cbam_maps,
                                                  maps_figure, prepare_image, swin_window_maps, vit_maps)
+from vision_attn.analysis.explain import rollout_map
 from vision_attn.cli import main
 from vision_attn.errors import ConfigError, DataError
 from vision_attn.models import VisionTransformer
@@ -34,6 +35,53 @@ def test_rollout_rows_sum_to_one_and_match_hand_computation():
         attention_rollout([])
     with pytest.raises(DataError, match="batch, heads, N, N"):
         attention_rollout([torch.rand(2, 6, 6)])
+
+
+def test_rollout_head_fusion_and_discard():
+    """vit-explain's options: the heads' max or min instead of their mean; the lowest share of each layer's
+    fused weights zeroed before the identity is added."""
+    w = _weights(layers=2)
+    eye = torch.eye(6)
+
+    def step(a):
+        a = 0.5 * a + 0.5 * eye
+        return a / a.sum(-1, keepdim=True)
+
+    for fusion, fuse in (("max", lambda x: x.amax(1)), ("min", lambda x: x.amin(1))):
+        r = attention_rollout(w, head_fusion=fusion)
+        torch.testing.assert_close(r, step(fuse(w[1])) @ step(fuse(w[0])))
+        torch.testing.assert_close(r.sum(-1), torch.ones(2, 6))
+    kept = []
+    for x in w:
+        a = x.mean(1).reshape(2, 36)
+        a = torch.where(a >= a.sort(-1).values[:, 18:19], a, torch.zeros(()))  # the 18 lowest of 36 zeroed
+        kept.append(step(a.reshape(2, 6, 6)))
+    torch.testing.assert_close(attention_rollout(w, discard=0.5), kept[1] @ kept[0])
+    with pytest.raises(ConfigError, match="head_fusion='median': choose one of mean, max, min"):
+        attention_rollout(w, head_fusion="median")
+    with pytest.raises(ConfigError, match=r"discard=1.0: .* in \[0, 1\)"):
+        attention_rollout(w, discard=1.0)
+
+
+def test_the_head_query_of_an_average_pooling_vit_is_its_patch_tokens():
+    """A head that averages the patches never reads the class token: the rollout that explains the head
+    (``head_query``, explain's) is the patch tokens' mean row; attn-map's stays the class token's."""
+    from vision_attn.layers import record_attention
+
+    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=3,
+                              global_pool="avg").eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad(), record_attention(model) as weights:
+        model(x)
+    rollout = attention_rollout(weights, head_fusion="max")[0]
+    maps = vit_maps(model, x, head_fusion="max", head_query=True)
+    torch.testing.assert_close(maps.maps["rollout"], rollout[1:].mean(0)[1:].reshape(4, 4))  # the 16 patches' rows
+    assert maps.shares.query == "mean of the patch tokens"
+    torch.testing.assert_close(vit_maps(model, x, head_fusion="max").maps["rollout"], rollout[0, 1:].reshape(4, 4))
+    heat = rollout_map(model, x, "max")
+    assert heat.shape == (32, 32) and heat.min() == 0 and heat.max() == pytest.approx(1, abs=1e-3)
+    peak = np.unravel_index(int(heat.argmax()), heat.shape)  # in the 8-px patch of the rollout's largest value
+    assert tuple(int(i) // 8 for i in peak) == np.unravel_index(int(maps.maps["rollout"].argmax()), (4, 4))
 
 
 def test_vit_maps():

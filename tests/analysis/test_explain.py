@@ -15,6 +15,7 @@ from tests.analysis.explain_runs import SWIN, VIT, classifier_run, detector_run,
 from vision_attn.analysis.explain import cam_map, chosen_method, explain_image, target_layers
 from vision_attn.cli import main
 from vision_attn.data import load_image
+from vision_attn.errors import ConfigError
 from vision_attn.tasks import TASKS, load_run
 
 
@@ -46,20 +47,37 @@ def test_cnn_gradcam_is_pytorch_grad_cams_map_of_the_last_stage(runs):
     np.testing.assert_allclose(ours, direct, atol=1e-6, rtol=0)
 
 
+def _tutorial_reshape(t, h=4, w=4):  # pytorch-grad-cam's ViT tutorial: drop the class token, NCHW
+    return t[:, 1:, :].reshape(t.size(0), h, w, t.size(2)).transpose(2, 3).transpose(1, 2)
+
+
 def test_vit_tokens_become_the_patch_grid(runs):
     run = load_run(runs["vit"])
     x = _input(run, runs["images"][0])
     layers = target_layers(run.model, x)
     assert layers.names == ("blocks.1.norm1",)
-
-    def tutorial_reshape(t, h=4, w=4):  # pytorch-grad-cam's ViT tutorial: drop the class token, NCHW
-        return t[:, 1:, :].reshape(t.size(0), h, w, t.size(2)).transpose(2, 3).transpose(1, 2)
-
     for method, peer in (("gradcam", GradCAM), ("layercam", LayerCAM)):
         ours = cam_map(method, run.model, x, layers, ClassifierOutputTarget(1))
-        with peer(model=run.model, target_layers=[run.model.blocks[-1].norm1], reshape_transform=tutorial_reshape) as cam:
+        with peer(model=run.model, target_layers=[run.model.blocks[-1].norm1], reshape_transform=_tutorial_reshape) as cam:
             direct = cam(input_tensor=x, targets=[ClassifierOutputTarget(1)])[0]
         np.testing.assert_allclose(ours, direct, atol=1e-6, rtol=0)
+
+
+def test_several_layers_are_pytorch_grad_cams_fusion_of_them(runs):
+    """--layer A,B: pytorch-grad-cam's map of both layers (each scaled to 0..1, averaged), not one layer's."""
+    run = load_run(runs["vit"])
+    x = _input(run, runs["images"][0])
+    layers = target_layers(run.model, x, "blocks.0.norm1, blocks.1.norm1")
+    assert layers.names == ("blocks.0.norm1", "blocks.1.norm1")
+    ours = cam_map("layercam", run.model, x, layers, ClassifierOutputTarget(1))
+    with LayerCAM(model=run.model, target_layers=[run.model.blocks[0].norm1, run.model.blocks[1].norm1],
+                  reshape_transform=_tutorial_reshape) as cam:
+        direct = cam(input_tensor=x, targets=[ClassifierOutputTarget(1)])[0]
+    np.testing.assert_allclose(ours, direct, atol=1e-6, rtol=0)
+    one = cam_map("layercam", run.model, x, target_layers(run.model, x, "blocks.0.norm1"), ClassifierOutputTarget(1))
+    assert np.abs(ours - one).max() > 1e-2
+    with pytest.raises(ConfigError, match=r"--layer blocks\.9: no such layer.*candidates, closest first: blocks\.\d"):
+        target_layers(run.model, x, "blocks.0,blocks.9")
 
 
 def test_swin_nhwc_stage_is_permuted(runs):

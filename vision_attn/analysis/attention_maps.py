@@ -7,7 +7,10 @@
   class token, DeiT's distillation token, the registers of DINOv2 ``*_reg4`` and DINOv3) are never
   folded into the grid: their shares of the same rows are kept apart, token by token
   (:class:`TokenShares`), beside the patch grid's total; a model without a class token is read from
-  the mean of its patch tokens' rows.
+  the mean of its patch tokens' rows, and so is, when the maps should explain the head
+  (``head_query``: ``vision-attn explain``), one whose head averages the patches.
+  The heads can be fused by their maximum or minimum instead of the mean, and each layer's weakest
+  weights discarded (``head_fusion``, ``discard``: the options of Gildenblat's vit-explain).
 - Swin: for the first (unshifted) block of each stage, the attention each token receives inside its
   window (mean over heads and queries), put back in place on the stage's feature map; each window's
   values sum to 1.
@@ -91,20 +94,37 @@ class AttentionMaps:
         return out
 
 
-def attention_rollout(weights: Sequence[torch.Tensor], residual: bool = True) -> torch.Tensor:
+HEAD_FUSIONS = ("mean", "max", "min")
+"""How :func:`attention_rollout` fuses a layer's heads."""
+
+
+def attention_rollout(weights: Sequence[torch.Tensor], residual: bool = True, head_fusion: str = "mean",
+                      discard: float = 0.0) -> torch.Tensor:
     """Rollout of per-layer attention weights, each (B, heads, N, N) -> (B, N, N).
 
-    Heads are averaged; with ``residual`` the identity is added (``0.5 A + 0.5 I``, the skip path)
-    and rows renormalised to sum to 1; the layers are multiplied in order (``A_L ... A_1``). Row i
-    is how much each input token contributes to token i at the output; every row sums to 1.
+    Heads are fused by ``head_fusion`` (``mean``, Abnar & Zuidema's; ``max`` or ``min``, elementwise over
+    the heads); ``discard`` in [0, 1) zeroes that share of each image's lowest fused weights per layer
+    (before the identity is added); with ``residual`` the identity is added (``0.5 A + 0.5 I``, the skip
+    path) and rows renormalised to sum to 1; the layers are multiplied in order (``A_L ... A_1``). Row i
+    is how much each input token contributes to token i at the output; every row sums to 1 (with
+    ``residual``, or while no row is discarded whole).
     """
     if not weights:
         raise DataError("attention_rollout: no attention weights were recorded")
+    if head_fusion not in HEAD_FUSIONS:
+        raise ConfigError(f"head_fusion={head_fusion!r}: choose one of {', '.join(HEAD_FUSIONS)}")
+    if not 0.0 <= discard < 1.0:
+        raise ConfigError(f"discard={discard}: the share of weights to discard must be in [0, 1)")
     result = None
     for w in weights:
         if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
             raise DataError(f"attention_rollout: expected (batch, heads, N, N) weights, got {tuple(w.shape)}")
-        a = w.float().mean(dim=1)  # (B, N, N)
+        w = w.float()
+        a = w.mean(dim=1) if head_fusion == "mean" else w.amax(dim=1) if head_fusion == "max" else w.amin(dim=1)
+        if discard:
+            flat = a.reshape(a.shape[0], -1)
+            lowest = flat.topk(int(flat.shape[-1] * discard), dim=-1, largest=False).indices
+            a = flat.scatter(-1, lowest, 0.0).reshape(a.shape)
         if residual:
             a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
         a = a / a.sum(dim=-1, keepdim=True)
@@ -128,14 +148,19 @@ def prefix_tokens(model: nn.Module) -> list[str]:
     return names if len(names) == n else [f"prefix {i}" for i in range(n)]
 
 
-def vit_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
-    """Rollout and the last layer's class-token attention per head of a ViT/DeiT on images (1, C, H, W), and
-    the shares of those rows (and of each layer's mean over heads) on every prefix token (:class:`TokenShares`)."""
+def vit_maps(model: nn.Module, x: torch.Tensor, head_fusion: str = "mean", discard: float = 0.0,
+             head_query: bool = False) -> AttentionMaps:
+    """Rollout (:func:`attention_rollout` with ``head_fusion`` and ``discard``) and the last layer's class-token
+    attention per head of a ViT/DeiT on images (1, C, H, W), and the shares of those rows (and of each layer's
+    mean over heads) on every prefix token (:class:`TokenShares`). The query is the class token, else the
+    mean of the patch tokens' rows; with ``head_query``, the token the head reads (the patches' mean row
+    when the head averages the patches, though the model has a class token)."""
     model.eval()
     with torch.inference_mode(), record_attention(model) as weights:
         model(x)
     tokens = prefix_tokens(model)
-    prefix, has_class = len(tokens), tokens[:1] == ["class"]
+    prefix = len(tokens)
+    has_class = tokens[:1] == ["class"] and not (head_query and getattr(model, "global_pool", "token") == "avg")
     gh, gw = _grid(model, x)
 
     def query(a: torch.Tensor) -> torch.Tensor:  # (..., N, N) -> the query's row (..., N)
@@ -144,7 +169,7 @@ def vit_maps(model: nn.Module, x: torch.Tensor) -> AttentionMaps:
     def split(row: torch.Tensor) -> torch.Tensor:  # (N,) -> each prefix token, then the patches' total
         return torch.cat([row[:prefix], row[prefix:].sum(dim=0, keepdim=True)])
 
-    rollout = query(attention_rollout(weights)[0])  # (N,)
+    rollout = query(attention_rollout(weights, head_fusion=head_fusion, discard=discard)[0])  # (N,)
     last = query(weights[-1][0].float())  # (heads, N)
     out = AttentionMaps("vit", {"rollout": rollout[prefix:].reshape(gh, gw)},
                         TokenShares("class token" if has_class else "mean of the patch tokens", tokens))

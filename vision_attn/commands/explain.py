@@ -38,7 +38,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="gradcam, gradcam++, eigencam, layercam or rollout (default: gradcam for classifiers, "
                    "layercam for detectors and segmenters)")
     p.add_argument("--layer", default=None, metavar="NAME", help="the module to read (a name of "
-                   "model.named_modules()); default: the model family's (ViT: the last block's norm1 with a class-token "
+                   "model.named_modules(); NAME,NAME,...: several, their maps averaged); default: the model family's (ViT: the last block's norm1 with a class-token "
                    "head, the last block with average pooling; Swin: the last stage; YOLO: the rows the head reads, a "
                    "detection's own level for gradient methods; CNN: the last feature level)")
     p.add_argument("--top-k", type=int, default=3, help="targets per image: top classes or best detections (3)")

@@ -32,7 +32,7 @@ from vision_attn.tasks.task import Explain, ExplainTarget
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["explain", "explained_figures", "explain_image", "check_method", "chosen_method"]
+__all__ = ["explain", "explained_figures", "explain_image", "check_method", "chosen_method", "rollout_map"]
 
 
 def chosen_method(run: Run, method: str | None) -> str:
@@ -64,9 +64,12 @@ def _display(run: Run, x: torch.Tensor) -> np.ndarray:
     return ((x[0] * std + mean).clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
 
 
-def _rollout(run: Run, x: torch.Tensor) -> np.ndarray:
-    """Attention rollout at input size, scaled to [0, 1] as the CAM methods' maps are."""
-    grid = vit_maps(run.model, x).maps["rollout"][None, None]
+def rollout_map(model: torch.nn.Module, x: torch.Tensor, head_fusion: str = "mean", discard: float = 0.0) -> np.ndarray:
+    """Attention rollout of a ViT/DeiT on the input ``x`` (1, 3, H, W) (:func:`~vision_attn.analysis.attention_maps.vit_maps`
+    with ``head_fusion`` and ``discard``) of the token its head reads (the class token, or the patch tokens'
+    mean row when the head averages them), bilinear at input size and scaled to [0, 1] as the CAM methods'
+    maps are."""
+    grid = vit_maps(model, x, head_fusion, discard, head_query=True).maps["rollout"][None, None]
     heat = F.interpolate(grid, size=x.shape[-2:], mode="bilinear", align_corners=False)[0, 0].numpy()
     heat = heat - heat.min()
     return heat / (heat.max() + 1e-7)
@@ -94,7 +97,7 @@ def explain_image(runs: Sequence[Run], record: Explain, image: np.ndarray, metho
     pictures = [_display(run, x) for run, x in zip(runs, xs)]
     boxes = [t.box for t in targets if t.box is not None]
     if not uses_targets(method):  # one map per run, whatever the target; every box drawn
-        heats = [_rollout(run, x) if method == "rollout" else cam_map(method, run.model, x, lay, _unused, record.output)
+        heats = [rollout_map(run.model, x) if method == "rollout" else cam_map(method, run.model, x, lay, _unused, record.output)
                  for run, x, lay in zip(runs, xs, layers)]
         row = [Panel(p, h, boxes, f"{run.label}\n{', '.join(t.label for t in targets) or method}")
                for run, p, h in zip(runs, pictures, heats)]
@@ -162,8 +165,8 @@ def explain(run: str | os.PathLike, images: Sequence[str | os.PathLike], output:
     ``output/explain.json`` (``[{"image", "figure", "method", "runs", "layers", "targets": [{"label",
     "box", "peaks", "layers"}]}]``), written together or not at all; returns that list. ``method``: None
     for the task's default (:func:`chosen_method`). ``top_k``: a classifier's
-    top classes, a detector's best detections (gradient methods); ``layer``: a module name, else the
-    family's default."""
+    top classes, a detector's best detections (gradient methods); ``layer``: a module name (or several,
+    comma-separated: their maps averaged), else the family's default."""
     runs = [load_run(run)] + ([load_run(vs)] if vs is not None else [])
     method = chosen_method(runs[0], method)
     figures = explained_figures(runs, images, method=method, layer=layer, top_k=top_k)

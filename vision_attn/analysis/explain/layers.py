@@ -14,8 +14,9 @@ map (pytorch-grad-cam's ``reshape_transform``).
 - Other CNNs: the last block of the deepest feature level of timm's interface (``feature_info``) whose map
   is at least 4x4 on the input (the last level at 224 px; an earlier one on small images).
 
-``--layer NAME`` names any module of ``model.named_modules()``; a name that is not there is a one-line
-error listing the candidates, closest first.
+``--layer NAME`` names any module of ``model.named_modules()``, ``--layer A,B`` several (pytorch-grad-cam
+draws each layer's map, scales it to 0..1 and averages them at input size: the LayerCAM paper's fusion of
+layers); a name that is not there is a one-line error listing the candidates, closest first.
 """
 from __future__ import annotations
 
@@ -120,10 +121,11 @@ def _check_called(model: nn.Module, x: torch.Tensor, names: list[str], modules: 
 
 
 def target_layers(model: nn.Module, x: torch.Tensor, name: str | None = None) -> TargetLayers:
-    """The layers to read for ``model`` on the input ``x`` (``name``: one module by its dotted name,
-    else the family's default) and the reshape of their outputs."""
+    """The layers to read for ``model`` on the input ``x`` (``name``: a module's dotted name, or several
+    separated by commas, whose maps are averaged; else the family's default) and the reshape of their
+    outputs."""
     modules = dict(model.named_modules())
-    names = [name] if name else _default_names(model, x)
+    names = [n.strip() for n in name.split(",")] if name else _default_names(model, x)
     for n in names:
         if n not in modules:
             found = ", ".join(closest_names(n, [m for m in modules if m]))
