@@ -163,3 +163,6 @@ def test_the_normalisation_of_a_checkpoint_comes_from_where_it_was_trained(tmp_p
     run = classifier_checkpoint(tmp_path / "run" / "best.ckpt").parent  # a run of ours: what it trained with
     assert pretrained_normalisation("vit_tiny_patch16_224", str(run)) == {"mean": (0.485, 0.456, 0.406),
                                                                           "std": (0.229, 0.224, 0.225)}
+    (run / "model.safetensors").write_bytes(b"")  # the run's weights file: the same, not the name's 0.5
+    assert pretrained_normalisation("vit_tiny_patch16_224", str(run / "model.safetensors")) == \
+        pretrained_normalisation("vit_tiny_patch16_224", str(run))

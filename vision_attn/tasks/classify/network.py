@@ -41,8 +41,9 @@ def pretrained_normalisation(name: str, pretrained: str) -> dict[str, tuple[floa
     configuration (CLIP's constants for the CLIP towers, 0.5 for Google's ViTs); {} when neither says."""
     folder = transformers_folder(pretrained)
     found = read_normalisation(folder) if folder is not None else {}
-    if folder is None and (Path(pretrained).is_dir() or Path(pretrained).suffix == ".ckpt"):  # a run of ours
-        ckpt = read_checkpoint(pretrained)
+    run = _run_of(Path(pretrained)) if folder is None else None
+    if run is not None:  # a run of ours, or a weights file inside one (its model.safetensors)
+        ckpt = read_checkpoint(run)
         data = ckpt.get("datamodule_hyper_parameters") if isinstance(ckpt, dict) else None
         if isinstance(data, dict):  # what it trained with (a run states it; before, the default was ImageNet's)
             return {"mean": tuple(data.get("mean") or IMAGENET_MEAN), "std": tuple(data.get("std") or IMAGENET_STD)}
@@ -50,6 +51,14 @@ def pretrained_normalisation(name: str, pretrained: str) -> dict[str, tuple[floa
         cfg = get_pretrained_cfg(name) or {}
         found = {k: tuple(cfg[k]) for k in ("mean", "std") if k in cfg}
     return found if len(found) == 2 else {}
+
+
+def _run_of(path: Path) -> Path | None:
+    """The run folder or checkpoint ``path`` names or lies in (a weights file beside a run's
+    best.ckpt or last.ckpt), else None."""
+    if path.is_dir() or path.suffix == ".ckpt":
+        return path
+    return next((c for c in (path.parent / "best.ckpt", path.parent / "last.ckpt") if c.is_file()), None)
 
 
 def build_network(name: str, model_kwargs: dict[str, Any] | None = None, *, attention: Any = None,
