@@ -12,7 +12,7 @@ MODULES = (
     "deformable_attention", "optimizer", "grad_checkpointing", "checkpoint", "data", "loader", "data_check",
     "det_data", "det_step", "detr_loss", "export", "profile_inference", "predict_video", "load_memory",
     "ultralytics_pt", "startup", "flops_peers", "untrusted_inputs", "gpu", "search", "explain_peaks", "report_page",
-    "token_merging", "deploy_table",
+    "token_merging", "deploy_table", "compiled",
 )
 GROUPS = ("cpu", "gpu", "check")
 
