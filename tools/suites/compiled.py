@@ -8,8 +8,8 @@ process, alternating.
 For each model, timm's (random weights) and ours with timm's weights loaded (``share_weights``), eager
 outputs compared first (the comparison is void if they differ). Each mode (``--modes``: ``infer``, a
 forward pass under ``torch.inference_mode``; ``train``, forward, cross-entropy, backward and torch's SGD
-step on both sides, the model compiled, the optimizer not) compiles both models with
-``torch.compile(model, mode=--compile-mode)`` (Inductor): the first call (compiling and running once) is
+step on both sides, the model compiled, the optimizer not; ``--precision bf16``: under bf16 autocast)
+compiles both models with ``torch.compile(model, mode=--compile-mode)`` (Inductor): the first call (compiling and running once) is
 timed apart, then ``--warmup`` calls, then ``--rounds`` rounds of ``--iters`` calls, the order
 alternating every round; the figure to quote is the median over rounds of ours/timm throughput.
 Compiling starts cold (Inductor's caches disabled, ``torch.compiler.config.force_disable_caches``;
@@ -21,7 +21,7 @@ which kernels Inductor left as library calls, e.g. ``addmm``, ``bmm``, the fused
 
 ``--accelerated``: ours through :func:`vision_attn.kernels.accelerate` before compiling, as the training
 runner compiles it (``model.compile: true``); its CPU kernels step aside while a graph is captured
-(:mod:`vision_attn.kernels.capture`), so Dynamo captures the same standard operations. ``--clock cpu``
+(:mod:`vision_attn.kernels.capture`), so Dynamo captures standard operations only. ``--clock cpu``
 is the calling thread's CPU time (with ``--threads 1``: robust to other processes).
 """
 from __future__ import annotations
@@ -55,20 +55,24 @@ def build(name: str, img: int, accelerated: bool) -> dict[str, torch.nn.Module]:
 class Step:
     """One side's compiled inference pass or training step on fixed inputs."""
 
-    def __init__(self, model: torch.nn.Module, mode: str, batch: int, img: int, compile_mode: str) -> None:
+    def __init__(self, model: torch.nn.Module, mode: str, batch: int, img: int, compile_mode: str,
+                 precision: str = "fp32") -> None:
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(batch, 3, img, img, generator=g)
         self.y = torch.randint(0, 1000, (batch,), generator=g)
         self.model, self.train = model.train(mode == "train"), mode == "train"
         self.fn = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
         self.opt = torch.optim.SGD(model.parameters(), lr=1e-4) if self.train else None
+        self.bf16 = precision == "bf16"
 
     def __call__(self) -> torch.Tensor:
-        if not self.train:
-            with torch.inference_mode():
-                return self.fn(self.x)
-        out = self.fn(self.x)
-        F.cross_entropy(out, self.y).backward()
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
+            if not self.train:
+                with torch.inference_mode():
+                    return self.fn(self.x).float()
+            out = self.fn(self.x)
+            loss = F.cross_entropy(out.float(), self.y)
+        loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return out.detach()
@@ -114,7 +118,7 @@ def aten_calls(fn: Callable[[], object]) -> dict[str, dict[str, float]]:
 def measure(name: str, mode: str, p, clock: Callable[[], float]) -> dict:
     """Both sides of one model in one mode: outputs compared, compiled, warmed up, timed alternating."""
     models = build(name, p.img_size, p.accelerated)
-    steps = {side: Step(models[side], mode, p.batch, p.img_size, p.compile_mode) for side in SIDES}
+    steps = {side: Step(models[side], mode, p.batch, p.img_size, p.compile_mode, p.precision) for side in SIDES}
     with torch.inference_mode():  # eager, before any step changes the weights
         eager = {side: models[side].eval()(steps[side].x) for side in SIDES}
     eager_diff = (eager["ours"] - eager["timm"]).abs().max().item()
@@ -138,7 +142,7 @@ def measure(name: str, mode: str, p, clock: Callable[[], float]) -> dict:
     recompiles = _delta(_dynamo_counts(), before)["frames"]
     rates = {k: [p.batch / t for t in v] for k, v in times.items()}
     ratios = [o / t for o, t in zip(rates["ours"], rates["timm"])]
-    row = {"model": name, "mode": mode, "batch": p.batch, "img_size": p.img_size,
+    row = {"model": name, "mode": mode, "batch": p.batch, "img_size": p.img_size, "precision": p.precision,
            "eager_max_abs_diff": eager_diff, "compiled_max_abs_diff": (outs["ours"] - outs["timm"]).abs().max().item(),
            "first_call_s": {k: round(v, 2) for k, v in first.items()},
            "dynamo": counts, "recompiles_while_timed": recompiles,
@@ -174,7 +178,8 @@ def run(p, record) -> None:
           f"{r['dynamo']['ours']['graphs']}/{r['dynamo']['ours']['breaks']} / "
           f"{r['dynamo']['timm']['graphs']}/{r['dynamo']['timm']['breaks']}",
           r["recompiles_while_timed"], f"{r['compiled_max_abs_diff']:.1e}"] for r in rows],
-        f"torch.compile (mode {p.compile_mode}, Inductor) on the CPU, {p.img_size} px, {torch.get_num_threads()} threads, "
+        f"torch.compile (mode {p.compile_mode}, Inductor) on the CPU, {p.precision}, {p.img_size} px, "
+        f"{torch.get_num_threads()} threads, "
         f"{p.clock} clock, median of {p.rounds} alternating rounds x {p.iters}; ours "
         f"{'accelerated' if p.accelerated else 'plain'}; training: cross-entropy, backward, SGD")
     for r in rows:
@@ -202,6 +207,7 @@ SUITE = Suite("compiled", "ours against timm, both under torch.compile (Inductor
     Param("rounds", 7, "alternating rounds", quick=1),
     Param("iters", 1, "calls a round"),
     Param("warmup", 2, "untimed calls of each side after the first", quick=1),
+    Param("precision", "fp32", "fp32, or bf16: bf16 autocast (what Lightning's bf16-mixed runs)", choices=["fp32", "bf16"]),
     Param("compile_mode", "default", "torch.compile's mode",
           choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]),
     Param("caches", False, "keep Inductor's caches (default: compile cold, so the first call is the whole compile)"),
