@@ -5,8 +5,8 @@ process, alternating.
     python tools/bench.py compiled --threads 1 --clock cpu --modes train --rounds 9   # 1 thread, CPU time
     python tools/bench.py compiled --profile                                         # and the kernels each runs
 
-For each model, timm's (random weights) and ours with timm's weights loaded (``share_weights``), eager
-outputs compared first (the comparison is void if they differ). Each mode (``--modes``: ``infer``, a
+For each model, timm's (random weights) and ours with timm's weights loaded (``share_weights``), both
+without stochastic depth, eager outputs compared first (the comparison is void if they differ). Each mode (``--modes``: ``infer``, a
 forward pass under ``torch.inference_mode``; ``train``, forward, cross-entropy, backward and torch's SGD
 step on both sides, the model compiled, the optimizer not; ``--precision bf16``: under bf16 autocast)
 compiles both models with ``torch.compile(model, mode=--compile-mode)`` (Inductor): the first call (compiling and running once) is
@@ -39,14 +39,17 @@ SIDES = ("ours", "timm")
 
 
 def build(name: str, img: int, accelerated: bool) -> dict[str, torch.nn.Module]:
-    """timm's model and ours with its weights."""
+    """timm's model and ours with its weights; no stochastic depth (its random draws differ between the
+    two, so that training outputs could not be compared; the work is the same with it)."""
+    import timm
+
     import vision_attn
-    from vision_attn.analysis.benchmark import share_weights, timm_twin
+    from vision_attn.analysis.benchmark import share_weights
     from vision_attn.kernels import accelerate
 
     torch.manual_seed(0)
-    peer = timm_twin(name, img)
-    ours = vision_attn.create_model(name, img_size=img)
+    peer = timm.create_model(name, pretrained=False, img_size=img, drop_path_rate=0.0)
+    ours = vision_attn.create_model(name, img_size=img, drop_path_rate=0.0)
     if not share_weights(ours, peer):
         raise SystemExit(f"{name}: timm's state dict does not load into ours; the comparison needs the same weights")
     return {"ours": accelerate(ours) if accelerated else ours, "timm": peer}
