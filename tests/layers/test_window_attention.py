@@ -93,9 +93,26 @@ def test_gather_tokens_gradient_is_the_inverse_gather(gather):
     index = torch.randperm(30)
     x = torch.randn(2, 30, 3, requires_grad=True)
     g = torch.randn(2, 30, 3)
-    gather(x, index, torch.argsort(index)).backward(g)
+    y = gather(x, index, torch.argsort(index))
+    torch.testing.assert_close(y, x.detach().index_select(1, index), rtol=0, atol=0)
+    y.backward(g)
     expected, = torch.autograd.grad(x.index_select(1, index), x, g)
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
+    if gather is gather_tokens:  # a gather in the backward graph, no scatter-add (which Inductor compiles to atomics)
+        ops = [n.name() for n in _backward_nodes(y.grad_fn)]
+        assert ops == ["IndexCopyBackward0"], ops
+
+
+def _backward_nodes(fn):
+    """The autograd nodes from ``fn`` down to the leaves (AccumulateGrad excluded)."""
+    out, todo = [], [fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node.name().endswith("AccumulateGrad"):
+            continue
+        out.append(node)
+        todo += [f for f, _ in node.next_functions]
+    return out
 
 
 def test_shifted_windows_cache_builds_once_per_size():

@@ -13,7 +13,7 @@ MODULES = (
     "det_data", "det_augment", "det_step", "detr_loss", "export", "profile_inference", "predict_video",
     "load_memory", "ultralytics_pt", "obb_validators", "startup", "flops_peers", "untrusted_inputs", "gpu", "search",
     "explain_peaks", "report_page",
-    "token_merging", "deploy_table",
+    "token_merging", "deploy_table", "compiled",
 )
 GROUPS = ("cpu", "gpu", "check")
 

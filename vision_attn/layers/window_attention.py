@@ -105,7 +105,13 @@ def window_index(size: tuple[int, int], window: tuple[int, int], shift: tuple[in
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
-    """Tokens (B, L, C) reordered by the permutation ``index`` (L,); ``inverse`` undoes it."""
+    """Tokens (B, L, C) reordered by the permutation ``index`` (L,); ``inverse`` undoes it.
+
+    Where a gradient flows, the same tokens are written by ``index_copy`` to the positions ``inverse``,
+    whose gradient is the gather by ``inverse`` (one copy). ``index_select``'s gradient is a zero-fill
+    and a scatter-add, which Inductor compiles into atomic additions when it runs on several threads."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return x.new_empty(x.shape).index_copy(1, inverse, x)
     return x.index_select(1, index)
 
 
