@@ -49,6 +49,7 @@ def test_openvino_int8_of_a_detector_leaves_its_box_decoding_in_float(tmp_path):
     fp32 = export_openvino(model, tmp_path / "m.xml", (32, 32), dynamic_batch=True, exporter="torchscript").xml
     tail = openvino_float_tail(ov.Core().read_model(str(fp32)), fixed_weights(model))
     assert "/model.22/dfl/conv/Conv" in tail and "/model.22/Sigmoid" in tail
+    assert not any(n.startswith("/model.22/cv") for n in tail)  # the head's convolutions and their biases are not
     out = quantize_openvino(fp32, tmp_path / "q.xml", _calibration(), fixed=fixed_weights(model))
     ops = {op.get_friendly_name(): op for op in ov.Core().read_model(str(out)).get_ordered_ops()}
 
@@ -67,6 +68,9 @@ def test_openvino_int8_of_a_detector_leaves_its_box_decoding_in_float(tmp_path):
 
 def test_a_classifier_has_no_float_tail(tmp_path):
     """Its head ends in its last trainable linear layer: nothing stays in float, its INT8 is as before."""
+    import openvino as ov
+
     model = vision_attn.create_model("vit_tiny_patch16_224", **VIT_KW).eval()
     fp32 = export_onnx(model, tmp_path / "m.onnx", (16, 16), dynamic_batch=True, exporter="torchscript").path
     assert onnx_float_tail(onnx.load(str(fp32)).graph, fixed_weights(model)) == []
+    assert openvino_float_tail(ov.Core().read_model(str(fp32)), fixed_weights(model)) == []  # the head's bias added

@@ -13,7 +13,9 @@ a parameter's state-dict name for its initializer (constant) unless the exporter
 (TorchScript folds each BatchNorm into its convolution, under a new name: a trainable weight). So a
 convolution or product counts as weighted when one of its operands is a constant (an initializer, or
 computed from initializers only) that is not made only of the model's fixed tensors
-(:func:`fixed_weights`)."""
+(:func:`fixed_weights`), and so does its epilogue when the graph keeps it apart: an addition or product
+of its output with a constant (the bias of OpenVINO's convolutions and products and of a 3-d
+``nn.Linear`` in ONNX, the ``alpha`` and ``beta`` of a Gemm read by OpenVINO)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
@@ -26,8 +28,10 @@ __all__ = ["fixed_weights", "after_last_weight", "onnx_float_tail", "openvino_fl
 N = TypeVar("N")
 
 ONNX_WEIGHTED = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+EPILOGUE = ("Add", "Mul")
 OPENVINO_WEIGHTED = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData",
                      "MatMul")
+OPENVINO_EPILOGUE = ("Add", "Multiply")
 
 
 def fixed_weights(model: nn.Module) -> frozenset[str]:
@@ -75,8 +79,17 @@ def onnx_float_tail(graph: Any, fixed: Collection[str] = ()) -> list[str]:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
 
+    producer = {out: n for n in nodes for out in n.output}
+
+    weighted_ids: set[int] = set()  # the kernels and their epilogues
+    for n in nodes:
+        if n.op_type in ONNX_WEIGHTED and any(trained.get(i, False) for i in n.input[:2]) or \
+                n.op_type in EPILOGUE and any(trained.get(i, False) for i in n.input) and \
+                any(i in producer and id(producer[i]) in weighted_ids for i in n.input):
+            weighted_ids.add(id(n))
+
     def weighted(n: Any) -> bool:
-        return n.op_type in ONNX_WEIGHTED and any(trained.get(i, False) for i in n.input[:2])
+        return id(n) in weighted_ids
 
     def successors(n: Any) -> list[Any]:
         return [c for out in n.output for c in consumers.get(out, [])]
@@ -100,9 +113,16 @@ def openvino_float_tail(model: Any, fixed: Collection[str] = ()) -> list[str]:
             sources[name] = [v.get_node().get_friendly_name() for v in op.input_values()]
     trained = _trained_constants(sources, stored_fixed)
 
+    weighted_names: set[str] = set()  # the kernels and their epilogues
+    for op in ops:
+        inputs = [v.get_node().get_friendly_name() for v in op.input_values()]
+        if op.get_type_name() in OPENVINO_WEIGHTED and any(trained.get(i, False) for i in inputs[:2]) or \
+                op.get_type_name() in OPENVINO_EPILOGUE and any(trained.get(i, False) for i in inputs) and \
+                any(i in weighted_names for i in inputs):
+            weighted_names.add(op.get_friendly_name())
+
     def weighted(op: Any) -> bool:
-        return op.get_type_name() in OPENVINO_WEIGHTED and any(
-            trained.get(v.get_node().get_friendly_name(), False) for v in op.input_values()[:2])
+        return op.get_friendly_name() in weighted_names
 
     def successors(op: Any) -> list[Any]:
         return [t.get_node() for out in op.outputs() for t in out.get_target_inputs()]
