@@ -12,7 +12,7 @@ In an exported graph the weights are found by name: both ONNX exporters and Open
 a parameter's state-dict name for its initializer (constant) unless the exporter folded it into another
 (TorchScript folds each BatchNorm into its convolution, under a new name: a trainable weight). So a
 convolution or product counts as weighted when one of its operands is a constant (an initializer, or
-computed from initializers only) that is not made only of the model's fixed tensors
+computed from initializers and tensor shapes only) that is not made only of the model's fixed tensors
 (:func:`fixed_weights`), and so does its epilogue when the graph keeps it apart: an addition or product
 of its output with a constant (the bias of OpenVINO's convolutions and products and of a 3-d
 ``nn.Linear`` in ONNX, the ``alpha`` and ``beta`` of a Gemm read by OpenVINO)."""
@@ -53,13 +53,16 @@ def after_last_weight(order: Sequence[N], weighted: Callable[[N], bool],
 
 def _trained_constants(sources: dict[str, list[str] | None], fixed: Collection[str]) -> dict[str, bool]:
     """For each constant value of a graph, whether it is made of a trainable tensor. ``sources``: value
-    name -> None for a stored constant, else the value names it is computed from, topologically ordered;
-    a computed value is constant when all its sources are."""
+    name -> None for a stored constant, [] for a tensor's shape (known when the graph runs, no weight:
+    OpenVINO reshapes a bias to its convolution's output shape), else the value names it is computed
+    from, topologically ordered; a computed value is constant when all its sources are."""
     trained: dict[str, bool] = {}
     for name, inputs in sources.items():
         if inputs is None:
             trained[name] = name not in fixed
-        elif inputs and all(i in trained for i in inputs):
+        elif not inputs:
+            trained[name] = False
+        elif all(i in trained for i in inputs):
             trained[name] = any(trained[i] for i in inputs)
     return trained
 
@@ -72,7 +75,8 @@ def onnx_float_tail(graph: Any, fixed: Collection[str] = ()) -> list[str]:
     sources: dict[str, list[str] | None] = {i.name: None for i in graph.initializer}
     for n in nodes:
         for out in n.output:
-            sources[out] = None if n.op_type == "Constant" else [i for i in n.input if i]
+            sources[out] = None if n.op_type == "Constant" else [] if n.op_type == "Shape" else \
+                [i for i in n.input if i]
     trained = _trained_constants(sources, fixed)
     consumers: dict[str, list[Any]] = {}
     for n in nodes:
@@ -109,6 +113,8 @@ def openvino_float_tail(model: Any, fixed: Collection[str] = ()) -> list[str]:
             sources[name] = None
             if name in fixed or op.output(0).get_names() & set(fixed):
                 stored_fixed.add(name)
+        elif op.get_type_name() == "ShapeOf":
+            sources[name] = []
         elif op.get_type_name() != "Parameter":
             sources[name] = [v.get_node().get_friendly_name() for v in op.input_values()]
     trained = _trained_constants(sources, stored_fixed)
