@@ -104,8 +104,9 @@ def test_static_int8_is_calibrated_on_the_runs_data_and_keeps_its_predictions(tm
 
 def test_static_int8_of_a_detector_is_calibrated_on_its_detection_set(tmp_path, capsys):
     """A detection run: the calibration images are the detection set's training images, letterboxed to
-    the run's square; every convolution is quantized; its boxes stay those of FP32 (cosine over the raw
-    head output); the mAP of each precision is `eval det --runtime`'s, which the command says."""
+    the run's square; every trainable convolution is quantized (the box decoding stays in float); its
+    boxes stay those of FP32 (cosine over the raw head output); the mAP of each precision is `eval det
+    --runtime`'s, which the command says."""
     from vision_attn.data import DigitBoxesConfig, write_digit_boxes
     from vision_attn.export import graph_ops, onnx_session, run_onnx
 

@@ -50,6 +50,7 @@ from vision_attn.export.outputs import graph_outputs, one_or_tuple
 from vision_attn.export.quantize import _calibration, _require_nncf, folder_accuracy, is_transformer
 from vision_attn.export.source import Deployable, load_deployable
 from vision_attn.export.verify import verify_outputs
+from vision_attn.export.float_tail import after_last_weight
 from vision_attn.io.atomic import atomic_folder, write_json
 from vision_attn.io.state_dict import read_checkpoint, run_checkpoint_path
 from vision_attn.tasks.registry import get_task
@@ -195,13 +196,10 @@ def float_tail(model: nn.Module, example: torch.Tensor) -> list[str]:
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     with _quiet():
         graph = build_nncf_graph(model, example)
-    reaches: dict[str, bool] = {}  # whether a trainable-weight operation is this node or after it
-    order = graph.topological_sort()
-    for node in reversed(order):
-        weighted = any(p.node_name in trainable for p in graph.get_previous_nodes(node))
-        reaches[node.node_name] = weighted or any(reaches[n.node_name] for n in graph.get_next_nodes(node))
-    ops = [n for n in order if n.node_type not in ("nncf_model_input", "nncf_model_output", "nncf_model_const")]
-    return [n.node_name for n in ops if not reaches[n.node_name]]
+    tail = after_last_weight(graph.topological_sort(),
+                             lambda node: any(p.node_name in trainable for p in graph.get_previous_nodes(node)),
+                             graph.get_next_nodes, key=lambda node: node.node_name)
+    return [n.node_name for n in tail if n.node_type not in ("nncf_model_input", "nncf_model_output", "nncf_model_const")]
 
 
 def _quantizers(model: nn.Module) -> list[nn.Module]:

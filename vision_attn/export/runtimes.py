@@ -40,6 +40,7 @@ from vision_attn.errors import ConfigError
 from vision_attn.export.onnx import export_onnx, onnx_session, run_onnx
 from vision_attn.export.openvino import export_openvino, openvino_model, run_openvino
 from vision_attn.export.outputs import graph_outputs, one_or_tuple
+from vision_attn.export.float_tail import fixed_weights
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
 from vision_attn.kernels import (KernelPlan, InductorFrozen, example_images, freeze, inductor_works, judged_plan,
                                  kernel_plan)
@@ -124,7 +125,7 @@ class RuntimeModel(nn.Module):
             if runtime == "onnxruntime-int8":
                 file = quantize_onnx(file, path.with_name("int8.onnx"))
             elif runtime == "onnxruntime-qdq":
-                file = quantize_onnx_static(file, path.with_name("qdq.onnx"), calibration)
+                file = quantize_onnx_static(file, path.with_name("qdq.onnx"), calibration, fixed=fixed_weights(model))
             session = onnx_session(file, threads)
             self._run = lambda x: one_or_tuple(run_onnx(session, x))
         else:
@@ -132,7 +133,7 @@ class RuntimeModel(nn.Module):
             export_openvino(model, file, input_size, dynamic_batch=True, exporter="torchscript", output_names=outputs)
             if runtime == "openvino-int8":
                 file = quantize_openvino(file, path.with_name("int8.xml"), calibration,
-                                         transformer=is_transformer(model))
+                                         transformer=is_transformer(model), fixed=fixed_weights(model))
             compiled = openvino_model(file, threads=threads, hint="bf16" if precision == "bf16" else "f32")
             self._run = lambda x: run_openvino(compiled, x)
 
