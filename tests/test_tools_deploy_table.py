@@ -62,7 +62,7 @@ def test_suite_skips_a_missing_run(tmp_path, capsys):
     assert "skipped: no run" in capsys.readouterr().out and record.results == {}
 
 
-@pytest.mark.parametrize("variant", [Variant("torch", "bf16"), Variant("torch", merge=2)])
+@pytest.mark.parametrize("variant", [Variant("torch", "bf16"), Variant("torch-frozen", merge=2)])
 def test_a_row_is_the_task_evaluation_with_its_runtime(tmp_path, variant):
     ckpt = classifier_checkpoint(tmp_path / "best.ckpt")
     task = get_task("cls")

@@ -47,27 +47,7 @@ def test_eval_det_in_openvino_gives_pytorchs_map(tmp_path, capsys):
         assert 0 <= int8["map50"] <= 1 and int8["images"] == torch_report["images"] == 8 and int8["detections"] > 0
 
 
-def test_torch_frozen_is_the_model_compiled_by_inductor_with_a_short_batch_padded():
-    import torch
-
-    import vision_attn
-    from vision_attn.export import runtimes
-
-    torch.manual_seed(0)
-    model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=3).eval()
-    x = torch.randn(4, 3, 32, 32)
-    with torch.no_grad():
-        ref = model(x)
-    frozen = runtimes.RuntimeModel(model, "torch-frozen", (32, 32))
-    torch.testing.assert_close(frozen(x), ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(frozen(x[:3]), ref[:3], atol=1e-5, rtol=1e-5)  # padded to the batch of 4
-    assert frozen.frozen.batches == [4]  # one graph compiled
-    bf16 = runtimes.RuntimeModel(model, "torch-frozen", (32, 32), precision="bf16")(x)
-    assert bf16.dtype == torch.float32 and (bf16 - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05
-    assert next(model.parameters()).dtype == torch.float32  # the runtime compiled a copy
-
-
-def test_torch_frozen_without_a_compiler_runs_the_plan_judged_on_its_inference_step_in_float32(monkeypatch):
+def test_torch_frozen_runs_the_plan_judged_on_its_inference_step_in_float32(monkeypatch):
     import torch
 
     import vision_attn
@@ -81,20 +61,17 @@ def test_torch_frozen_without_a_compiler_runs_the_plan_judged_on_its_inference_s
         return resolve_plan("aten")  # the judge's verdict: PyTorch's kernels
 
     monkeypatch.setattr(runtimes, "judged_plan", judged)
-    monkeypatch.setattr(runtimes, "inductor_works", lambda: False)
     frozen_under = []
     freeze = runtimes.freeze
     monkeypatch.setattr(runtimes, "freeze", lambda m, dtype: (frozen_under.append(current_plan().choice(dtype)), freeze(m, dtype))[1])
     model = vision_attn.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=3).eval()
     x = torch.randn(2, 3, 32, 32)
     with kernel_plan("onednn"):  # the process's plan would put oneDNN's products in
-        with pytest.warns(UserWarning, match="no C\\+\\+ compiler here"):
-            frozen = runtimes.RuntimeModel(model, "torch-frozen", (32, 32), batch=4)
+        frozen = runtimes.RuntimeModel(model, "torch-frozen", (32, 32), batch=4)
         assert seen == [((4, 3, 32, 32), False, None)]
         assert frozen_under == [resolve_plan("aten").choice(torch.float32)]  # frozen under the verdict
         with torch.no_grad():
             torch.testing.assert_close(frozen(x), model(x), atol=1e-5, rtol=1e-5)
-        with pytest.warns(UserWarning):
-            runtimes.RuntimeModel(model, "torch-frozen", (32, 32), precision="bf16", batch=4)
+        runtimes.RuntimeModel(model, "torch-frozen", (32, 32), precision="bf16", batch=4)
         assert len(seen) == 1  # bfloat16: the process's plan, not judged on an autocast step
         assert frozen_under[1] == resolve_plan("onednn").choice(torch.bfloat16) != frozen_under[0]

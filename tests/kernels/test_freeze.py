@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import vision_attn
+from vision_attn.export.runtimes import RuntimeModel
 from vision_attn.kernels import FusedLinear, freeze, kernel_plan, onednn_works
 
 needs_onednn = pytest.mark.skipif(not onednn_works(torch.float32), reason="oneDNN's matmul is not available here")
@@ -73,7 +74,7 @@ def test_a_frozen_layer_trains_through_its_weight():
 
 @needs_onednn
 @pytest.mark.parametrize("name", MODELS)
-def test_frozen_bf16_model_is_close_to_float32(name):
+def test_torch_frozen_runtime_in_bf16_is_close_to_float32(name):
     if not onednn_works(torch.bfloat16):
         pytest.skip("this CPU has no bf16 matmul in oneDNN")
     size, kwargs = MODELS[name]
@@ -82,7 +83,8 @@ def test_frozen_bf16_model_is_close_to_float32(name):
     x = torch.randn(2, 3, size, size)
     with torch.no_grad():
         ref = model(x)
-    with kernel_plan("onednn"), torch.no_grad():
-        out = freeze(copy.deepcopy(model), torch.bfloat16)(x.to(torch.bfloat16)).float()
-    assert out.shape == ref.shape
+    with kernel_plan("onednn"):
+        out = RuntimeModel(model, "torch-frozen", (size, size), precision="bf16")(x)
+    assert out.dtype == torch.float32 and out.shape == ref.shape
     assert (out - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05  # bfloat16 throughout: about 2-3 digits
+    assert next(model.parameters()).dtype == torch.float32  # the runtime froze a copy

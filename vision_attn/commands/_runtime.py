@@ -29,8 +29,8 @@ def add_runtime_argument(p: argparse.ArgumentParser, *, calibrates: bool) -> Non
     int8 = ("onnxruntime-int8 (dynamic), onnxruntime-qdq (static QDQ) or openvino-int8 (NNCF's static INT8), the "
             "static ones calibrated on the data's training images") if calibrates else "onnxruntime-int8 (dynamic INT8)"
     p.add_argument("--runtime", choices=choices, default="torch",
-                   help=f"run the network in PyTorch (default), in PyTorch frozen for inference (torch-frozen: "
-                   f"compiled once by Inductor, a graph per batch size), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
+                   help=f"run the network in PyTorch (default), in PyTorch frozen for inference (torch-frozen: linear "
+                   f"weights kept in oneDNN's layout), exported to onnxruntime or OpenVINO (FP32), or {int8}; "
                    "the export is made in a temporary folder and its inputs are squares of the run's image size")
     if calibrates:
         p.add_argument("--int8-model", default=None, metavar="FILE",

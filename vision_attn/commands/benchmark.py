@@ -139,8 +139,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     p.add_argument("--vs", default=None, metavar="timm", help="also run timm's model of the same name, alternating")
     p.add_argument("--runtime", default="torch", metavar="NAMES",
-                   help="runtimes, comma-separated: torch (default), torch-frozen (the model compiled once for "
-                   "inference by PyTorch's Inductor with freezing), onnxruntime, openvino (pip install openvino), "
+                   help="runtimes, comma-separated: torch (default), torch-frozen (the model readied once for "
+                   "inference: weights cast, linear weights in oneDNN's layout), onnxruntime, openvino (pip install openvino), "
                    "onnxruntime-int8 (dynamic INT8), onnxruntime-qdq (static QDQ INT8), openvino-int8 (NNCF's static "
                    "INT8; pip install nncf), the static ones calibrated on random inputs (for speed); each an export "
                    "of the same model, timed alternating with the others (CPU inference; bf16: OpenVINO's bf16 hint)")

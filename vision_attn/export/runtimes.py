@@ -13,13 +13,11 @@ calibrated on the ``calibration`` batches (``eval``: the data's training images)
 inputs (the same kernels and speed as a model calibrated on real images, for ``benchmark``).
 ``int8_model``: an INT8 file already made (``export quantize --qat``: the quantization-aware
 model) run instead of quantizing the export here.
-``torch-frozen`` is no export: a copy of the model in the precision compiled once by PyTorch's
-Inductor with freezing (:class:`vision_attn.kernels.inductor.InductorFrozen`: weights folded and
-packed, attention and element-wise chains fused), run on inputs cast to the precision, its outputs
-returned in float32. Where no C++ compiler is found it says so in a warning and runs the copy readied
-by :func:`vision_attn.kernels.freeze` eagerly (weights in the precision, linear weights in oneDNN's
-layout): in float32 under the process's kernel plan judged on this model's inference step at
-``batch`` (:func:`vision_attn.kernels.judged_plan`), in bfloat16 under the process's plan.
+``torch-frozen`` is no export: a copy of the model readied once by :func:`vision_attn.kernels.freeze`
+(weights in the precision, linear weights in oneDNN's layout), run eagerly on inputs cast to the
+precision, its outputs returned in float32; in float32 under the process's kernel plan judged on this
+model's inference step at ``batch`` (:func:`vision_attn.kernels.judged_plan`), as training and
+``benchmark`` judge theirs; in bfloat16 under the process's plan.
 """
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ import copy
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -42,8 +39,7 @@ from vision_attn.export.openvino import export_openvino, openvino_model, run_ope
 from vision_attn.export.outputs import graph_outputs, one_or_tuple
 from vision_attn.export.float_tail import fixed_weights
 from vision_attn.export.quantize import is_transformer, quantize_onnx, quantize_onnx_static, quantize_openvino
-from vision_attn.kernels import (KernelPlan, InductorFrozen, example_images, freeze, inductor_works, judged_plan,
-                                 kernel_plan)
+from vision_attn.kernels import KernelPlan, example_images, freeze, judged_plan, kernel_plan
 
 __all__ = ["RUNTIMES", "INT8", "CALIBRATED", "RuntimeModel", "check_precision", "parse_runtimes"]
 
@@ -98,14 +94,7 @@ class RuntimeModel(nn.Module):
             gen = torch.Generator().manual_seed(0)
             calibration = [torch.randn(2, 3, *input_size, generator=gen) for _ in range(4)]
         outputs = graph_outputs(model)
-        self.frozen: InductorFrozen | None = None  # torch-frozen's compiled model
-        if runtime == "torch-frozen" and inductor_works():
-            dtype = DTYPES[precision]
-            self.frozen = compiled = InductorFrozen(copy.deepcopy(model), dtype)
-            self._run = lambda x: _run_frozen(compiled, x, dtype, None, mode=torch.no_grad)
-        elif runtime == "torch-frozen":
-            warnings.warn("torch-frozen: no C++ compiler here for PyTorch's Inductor (install g++ or set CXX); "
-                          "running the model frozen eagerly instead", stacklevel=2)
+        if runtime == "torch-frozen":
             dtype = DTYPES[precision]
             # judged in float32 only: the judge times eager steps, under autocast for bf16, which a model
             # frozen in bfloat16 does not run (its measured plan's explicit attention wins there)
@@ -162,13 +151,11 @@ def _quantized_file(runtime: str, path: str | os.PathLike) -> Path:
     return path
 
 
-def _run_frozen(model: Callable[[torch.Tensor], object], x: torch.Tensor, dtype: torch.dtype,
-                plan: KernelPlan | None, mode: Callable[[], contextlib.AbstractContextManager] = torch.inference_mode,
-                ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+def _run_frozen(model: nn.Module, x: torch.Tensor, dtype: torch.dtype,
+                plan: KernelPlan | None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """A frozen model's outputs in float32 for a float32 input, outside any caller's autocast (which
-    would cast some of its bf16 ops back to float32), under ``plan`` (None: the process's) and ``mode``
-    (a compiled graph: ``no_grad``, since its guards tell inference tensors from others)."""
-    with (mode(), torch.autocast(x.device.type, enabled=False),
+    would cast some of its bf16 ops back to float32), under ``plan`` (None: the process's)."""
+    with (torch.inference_mode(), torch.autocast(x.device.type, enabled=False),
           kernel_plan(plan) if plan is not None else contextlib.nullcontext()):
         out = model(x.to(dtype))
     return tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)

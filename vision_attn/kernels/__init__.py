@@ -13,15 +13,13 @@ kernels: the fast paths off), ``"onednn"`` (fixed), or one a run folder recorded
 Inside the package: capture.py (is a graph being captured), timing.py and measure.py (the
 self-checks), cache.py (their results on disk), onednn.py and explicit.py (the kernels), plan.py,
 linear.py and attention.py (the dispatch), fast_paths.py (the fast paths put on a model: accelerate), judge.py
-(a plan judged on a model's whole step), freeze.py (inference, eager), inductor.py (inference compiled
-by PyTorch's Inductor with freezing: the torch-frozen runtime), hardware.py (the precisions the CPU
+(a plan judged on a model's whole step), freeze.py (inference), hardware.py (the precisions the CPU
 computes natively).
 """
 from vision_attn.kernels.fast_paths import accelerate, needs_kernels
 from vision_attn.kernels.attention import MAX_EXPLICIT_TOKENS, packed_sdpa, sdpa
 from vision_attn.kernels.deformable import deformable_sample
 from vision_attn.kernels.freeze import freeze
-from vision_attn.kernels.inductor import InductorFrozen, inductor_works
 from vision_attn.kernels.hardware import cpu_has_bf16, runnable_precision
 from vision_attn.kernels.judge import example_images, judge_plan, judged_plan
 from vision_attn.kernels.capture import capturing_graph, fx_tracing, onnx_exporting, tracing
@@ -41,7 +39,7 @@ from vision_attn.kernels.plan import (
 
 __all__ = [
     "FusedLinear", "fused_linear", "linear_act", "sdpa", "packed_sdpa", "deformable_sample", "MAX_EXPLICIT_TOKENS",
-    "onednn_works", "cpu_has_bf16", "runnable_precision", "accelerate", "needs_kernels", "freeze", "InductorFrozen", "inductor_works", "judge_plan", "judged_plan", "example_images",
+    "onednn_works", "cpu_has_bf16", "runnable_precision", "accelerate", "needs_kernels", "freeze", "judge_plan", "judged_plan", "example_images",
     "tracing", "capturing_graph", "onnx_exporting", "fx_tracing",
     "KernelPlan", "KernelChoice", "LinearKernels", "PLAN_NAMES", "ENV", "current_plan", "set_kernel_plan",
     "kernel_plan", "resolve_plan", "FLOP_FORMULAS",
