@@ -363,10 +363,14 @@ class _Runner:
 
 
 def on_fast_paths(model: nn.Module, *, batch: int, img_size: int | tuple[int, int], device: str | torch.device = "cpu",
-                  precision: str = "fp32", train: bool = False) -> tuple[nn.Module, KernelPlan | None]:
+                  precision: str = "fp32", train: bool = False, compile: bool = False) -> tuple[nn.Module, KernelPlan | None]:
     """One of our models as it runs in training or the torch-frozen runtime: with the process's measured
     plan judged on this very step on the CPU (:func:`~vision_attn.kernels.judge_plan`; None: the
-    process's plan as it is), then accelerated in place for that plan (:func:`~vision_attn.kernels.accelerate`)."""
+    process's plan as it is), then accelerated in place for that plan (:func:`~vision_attn.kernels.accelerate`).
+    ``compile``: the plain model and no plan, since Dynamo captures PyTorch's standard ops whatever the
+    plan (the fast paths step aside in a captured graph)."""
+    if compile:
+        return model, None
     dtype = PRECISIONS[precision] if precision != "fp32" else None
     judged = (judged_plan(model, example_images(batch, img_size), train=train, autocast=dtype)
               if torch.device(device).type == "cpu" else None)

@@ -67,13 +67,9 @@ def _cmd_benchmark(args: argparse.Namespace, console: Console) -> int:
         for name in args.models:
             target = load_target(name, scale=args.scale, device="cpu")
             img_size = img_size or target.img_size or default_input_size(target.model)[1:]  # the model's own
-            if "torch" in runtimes and args.compile:
-                # compiled: Dynamo captures PyTorch's standard ops whatever the kernel plan (the fast
-                # paths step aside in a captured graph), so there is no plan to judge: the plain model
-                models[target.name] = target.model
-            elif "torch" in runtimes:  # ours on the CPU fast paths, as training and torch-frozen run it
+            if "torch" in runtimes:  # ours on the CPU fast paths, as training and torch-frozen run it
                 models[target.name], plan = on_fast_paths(target.model, batch=batch, img_size=img_size, device=device,
-                                                          precision=precision, train=args.train)
+                                                          precision=precision, train=args.train, compile=args.compile)
                 if plan is not None:
                     plans[target.name] = plan
             for rt in runtimes:
